@@ -1,0 +1,10 @@
+"""Readers and writers for document collections.
+
+- ``labelled_jsonl``: the project's own file format, one JSON document per line.
+- ``reuters21578``: the Reuters-21578 SGML distribution and its ModApte split.
+"""
+
+from stream_winnow.datasets.labelled_jsonl import read_labelled_jsonl, write_labelled_jsonl
+from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte, write_modapte
+
+__all__ = ["ModApteSplit", "read_labelled_jsonl", "read_modapte", "write_labelled_jsonl", "write_modapte"]

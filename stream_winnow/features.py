@@ -1,0 +1,213 @@
+"""From tokens to features: stable ids, strengths and length normalisation.
+
+A feature id is the first 8 bytes of the token's BLAKE2b digest, masked to 63
+bits, so the same token maps to the same id in every process and on every
+machine (Python's ``hash()`` is randomised per process and would split one model
+across workers). Ids below ``FIRST_TOKEN_ID`` are reserved for per-model
+statistics rows (Naive Bayes counts); a token never hashes there.
+
+Strength follows Dagan, Karov & Roth (1997, §4.3): a token occurring ``n`` times
+in a document has strength ``1`` (binary), ``n`` (count) or ``sqrt(n)`` (sqrt,
+their best and our default).
+
+>>> f = Featurizer(FeatureConfig(strength="count"))
+>>> v = f.transform(["information", "retrieval", "retrieval"])
+>>> sorted(v.strengths.tolist())
+[1.0, 2.0]
+>>> feature_id("earn") == feature_id("earn")
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Literal, get_args
+
+import numpy as np
+from numba import njit
+
+from stream_winnow.errors import ConfigError
+
+Strength = Literal["binary", "count", "sqrt"]
+STRENGTHS: tuple[str, ...] = get_args(Strength)
+
+# Ids 0..FIRST_TOKEN_ID-1 name statistics rows, never tokens.
+FIRST_TOKEN_ID = 1 << 16
+_ID_MASK = (1 << 63) - 1
+# Bigram features are the two tokens joined by a character no tokenizer emits.
+_BIGRAM_JOIN = "\x1f"
+
+
+def feature_id(token: str) -> int:
+    """The stable 63-bit id of ``token``; ids of real tokens are ≥ ``FIRST_TOKEN_ID``."""
+    digest = hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest()
+    value = int.from_bytes(digest, "little") & _ID_MASK
+    return value if value >= FIRST_TOKEN_ID else value + FIRST_TOKEN_ID
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureConfig:
+    """How a document's tokens become feature strengths.
+
+    ``normalize`` divides strengths by their sum, so every document has total
+    strength 1 (required by Positive Winnow, §4.1; optional for the others).
+    ``bigrams`` adds one feature per adjacent token pair.
+    """
+
+    strength: Strength = "sqrt"
+    normalize: bool = False
+    bigrams: bool = False
+
+    def __post_init__(self) -> None:
+        if self.strength not in STRENGTHS:
+            raise ConfigError(f"strength must be one of {', '.join(STRENGTHS)}; got {self.strength!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureVector:
+    """A document's active features: unique ids and their strengths (same length)."""
+
+    ids: np.ndarray  # int64, unique
+    strengths: np.ndarray  # float64, > 0
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    @property
+    def total_strength(self) -> float:
+        return float(self.strengths.sum())
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureBatch:
+    """Many documents' features, CSR-style: document i owns ``ids[indptr[i]:indptr[i+1]]`` (sorted, unique)."""
+
+    indptr: np.ndarray  # int64, n_documents + 1
+    ids: np.ndarray  # int64
+    strengths: np.ndarray  # float64
+
+    def __len__(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    def vector(self, i: int) -> FeatureVector:
+        start, end = self.indptr[i], self.indptr[i + 1]
+        return FeatureVector(self.ids[start:end], self.strengths[start:end])
+
+    def vectors(self) -> list[FeatureVector]:
+        return [self.vector(i) for i in range(len(self))]
+
+
+@njit(cache=True, nogil=True)
+def _count_per_document(indptr: np.ndarray, local: np.ndarray, vocabulary: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct local token indices per document and their counts, in one O(tokens) pass."""
+    n = indptr.shape[0] - 1
+    slot = np.full(vocabulary, -1, dtype=np.int64)  # token -> its position in the output, for this document
+    out_indptr = np.zeros(n + 1, dtype=np.int64)
+    out_local = np.empty(local.shape[0], dtype=np.int64)
+    out_counts = np.empty(local.shape[0], dtype=np.float64)
+    k = 0
+    for i in range(n):
+        begin = k
+        for j in range(indptr[i], indptr[i + 1]):
+            t = local[j]
+            p = slot[t]
+            if p >= begin:
+                out_counts[p] += 1.0
+            else:
+                slot[t] = k
+                out_local[k] = t
+                out_counts[k] = 1.0
+                k += 1
+        out_indptr[i + 1] = k
+    return out_indptr, out_local[:k], out_counts[:k]
+
+
+class Featurizer:
+    """Turns token lists into ``FeatureVector`` s, memoising token ids.
+
+    The memo makes hashing cost one dict lookup per token after a token's first
+    sight; past ``max_cached_tokens`` distinct tokens (about 150 bytes each) it
+    starts afresh, so a long-running worker's memory stays bounded.
+    """
+
+    def __init__(self, config: FeatureConfig | None = None, max_cached_tokens: int = 2_000_000) -> None:
+        self.config = config or FeatureConfig()
+        self.max_cached_tokens = max_cached_tokens
+        self._local: dict[str, int] = {}  # token -> index into _ids
+        self._ids: list[int] = []
+        self._id_array = np.zeros(0, dtype=np.int64)
+
+    def _index(self, token: str) -> int:
+        index = self._local.get(token)
+        if index is None:
+            index = len(self._ids)
+            self._local[token] = index
+            self._ids.append(feature_id(token))
+        return index
+
+    def token_id(self, token: str) -> int:
+        return self._ids[self._index(token)]
+
+    def _expand(self, token_lists: Sequence[Sequence[str]]) -> Sequence[Sequence[str]]:
+        if not self.config.bigrams:
+            return token_lists
+        return [
+            [*tokens, *(a + _BIGRAM_JOIN + b for a, b in zip(tokens, tokens[1:], strict=False))]
+            for tokens in token_lists
+        ]
+
+    def transform(self, tokens: Sequence[str]) -> FeatureVector:
+        """One document's features (the same as ``transform_many([tokens]).vector(0)``)."""
+        config = self.config
+        tokens = self._expand([tokens])[0]
+        counts = Counter(tokens)
+        index, ids = self._index, self._ids
+        feature_ids = np.array([ids[index(t)] for t in counts], dtype=np.int64)
+        if config.strength == "binary":
+            strengths = np.ones(len(counts))
+        else:
+            strengths = np.array(list(counts.values()), dtype=np.float64)
+            if config.strength == "sqrt":
+                np.sqrt(strengths, out=strengths)
+        if config.normalize and len(strengths):
+            strengths /= strengths.sum()
+        return FeatureVector(feature_ids, strengths)
+
+    def transform_many(self, token_lists: Sequence[Sequence[str]]) -> FeatureBatch:
+        """The features of many documents: one dict lookup per token, the rest in compiled loops.
+
+        Features appear in order of first occurrence in each document.
+        """
+        config = self.config
+        token_lists = self._expand(token_lists)
+        n = len(token_lists)
+        if len(self._local) > self.max_cached_tokens:
+            self._local, self._ids = {}, []
+        flat = list(chain.from_iterable(token_lists))
+        unseen = set(flat).difference(self._local)
+        for token in unseen:
+            self._index(token)
+        local = list(map(self._local.__getitem__, flat))
+        if len(self._id_array) != len(self._ids):
+            self._id_array = np.array(self._ids, dtype=np.int64)
+        token_indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, token_lists), dtype=np.int64, count=n), out=token_indptr[1:])
+        indptr, distinct, counts = _count_per_document(
+            token_indptr, np.array(local, dtype=np.int64), max(len(self._ids), 1)
+        )
+        ids = self._id_array[distinct]
+        if config.strength == "binary":
+            strengths = np.ones(len(ids))
+        elif config.strength == "sqrt":
+            strengths = np.sqrt(counts)
+        else:
+            strengths = counts
+        if config.normalize and len(ids):
+            documents = np.repeat(np.arange(n), np.diff(indptr))
+            totals = np.bincount(documents, weights=strengths, minlength=n)
+            strengths = strengths / totals[documents]
+        return FeatureBatch(indptr, ids, strengths)

@@ -1,0 +1,146 @@
+"""What every learner is: one binary classifier per category over a weight store.
+
+Vocabulary, used everywhere (library, CLI, docs): ``predict_one`` decides a
+document's categories; ``learn_one`` learns from a document and its true labels;
+``updates_for`` says what ``learn_one`` would change without changing it (the
+worker applies those updates in Redis, atomically and once per event).
+
+Each learner scores a document per category and turns the score into a *margin*
+(score minus threshold for the linear learners, log-odds for Naive Bayes), so
+margins compare across categories: ``any-of`` decides every category with a
+margin above 0, ``one-of`` the category with the highest margin.
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, get_args
+
+import numpy as np
+
+from stream_winnow.errors import ConfigError
+from stream_winnow.features import FeatureConfig, FeatureVector, Featurizer
+from stream_winnow.stores.base import CounterUpdate, TableSpec, Update, WeightStore
+from stream_winnow.stores.memory import MemoryStore
+
+DecisionMode = Literal["any-of", "one-of"]
+DECISION_MODES: tuple[str, ...] = get_args(DecisionMode)
+
+# Counter every learner keeps: updates made per category (key "*": labelled documents that changed the model).
+UPDATES_COUNTER = "updates"
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A decision: the chosen categories, and the margin of every category (store column order)."""
+
+    categories: tuple[str, ...]
+    margins: np.ndarray
+    model_version: int
+
+    def scores(self, names: Sequence[str]) -> dict[str, float]:
+        return {name: float(m) for name, m in zip(names, self.margins.tolist(), strict=False)}
+
+
+@dataclass(frozen=True, slots=True)
+class LearnOutcome:
+    """What ``learn_one`` did: the categories promoted and demoted, and whether the store changed."""
+
+    promoted: tuple[str, ...]
+    demoted: tuple[str, ...]
+    applied: bool
+
+    @property
+    def mistake(self) -> bool:
+        return bool(self.promoted or self.demoted)
+
+
+class Learner(ABC):
+    """Base of every learning rule. Hyperparameters are constructor arguments stored as given."""
+
+    name: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        mode: DecisionMode = "any-of",
+        features: FeatureConfig | None = None,
+        store: WeightStore | None = None,
+    ) -> None:
+        if mode not in DECISION_MODES:
+            raise ConfigError(f"mode must be one of {', '.join(DECISION_MODES)}; got {mode!r}")
+        self.mode = mode
+        self.features = features or FeatureConfig()
+        self.featurizer = Featurizer(self.features)
+        self.store = store if store is not None else MemoryStore(self.table_specs())
+        missing = {t.name for t in self.table_specs()} - set(self.store.tables)
+        if missing:
+            raise ConfigError(f"the store lacks tables {sorted(missing)} that {self.name} needs")
+
+    # -- parameters (river's _get_params idea: the signature is the truth) ----------------------------
+    def params(self) -> dict[str, Any]:
+        """Hyperparameters as given to the constructor (store excluded)."""
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p not in ("self", "store")]
+        return {n: getattr(self, n) for n in names}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
+
+    # -- what a rule defines ---------------------------------------------------------------------------
+    @abstractmethod
+    def table_specs(self) -> list[TableSpec]:
+        """The tables this rule keeps per feature."""
+
+    @abstractmethod
+    def margins(self, vector: FeatureVector) -> np.ndarray:
+        """Margin per category (store column order); > 0 means the category is predicted."""
+
+    @abstractmethod
+    def updates_for(
+        self, vector: FeatureVector, labels: Collection[str], margins: np.ndarray | None = None
+    ) -> tuple[list[Update], LearnOutcome]:
+        """The store updates that learning from (vector, labels) makes, computed from current weights."""
+
+    # -- shared behaviour ------------------------------------------------------------------------------
+    def transform(self, tokens: Sequence[str]) -> FeatureVector:
+        return self.featurizer.transform(tokens)
+
+    def decide(self, margins: np.ndarray) -> tuple[str, ...]:
+        names = self.store.categories()
+        if not len(margins):
+            return ()
+        if self.mode == "one-of":
+            return (names[int(np.argmax(margins))],)
+        return tuple(names[i] for i in np.flatnonzero(margins > 0).tolist())
+
+    def predict_one(self, tokens: Sequence[str] | FeatureVector) -> Prediction:
+        vector = tokens if isinstance(tokens, FeatureVector) else self.transform(tokens)
+        margins = self.margins(vector)
+        return Prediction(self.decide(margins), margins, self.store.version)
+
+    def learn_one(
+        self, tokens: Sequence[str] | FeatureVector, labels: Collection[str], event_id: str | None = None
+    ) -> LearnOutcome:
+        vector = tokens if isinstance(tokens, FeatureVector) else self.transform(tokens)
+        self.store.ensure_categories(list(labels))
+        updates, outcome = self.updates_for(vector, labels)
+        if not updates:
+            return outcome
+        applied = self.store.apply(updates, event_id=event_id)
+        return LearnOutcome(outcome.promoted, outcome.demoted, applied)
+
+    def label_vector(self, labels: Collection[str]) -> np.ndarray:
+        """Bool per category column: is the category among ``labels``."""
+        columns = self.store.ensure_categories(list(labels))
+        truth = np.zeros(len(self.store.categories()), dtype=bool)
+        truth[columns] = True
+        return truth
+
+    @staticmethod
+    def bookkeeping(updated: Collection[str]) -> list[Update]:
+        """The counter update recorded with every applied update: one per updated category, one in total."""
+        return [CounterUpdate(UPDATES_COUNTER, {"*": 1.0, **{c: 1.0 for c in updated}})]

@@ -1,0 +1,172 @@
+"""What the three linear rules share: a thick threshold, and updates only on mistakes.
+
+Dagan, Karov & Roth (1997, §4.2): during training a score inside the range
+``[theta_minus, theta_plus]`` counts as a mistake, so a positive example is
+promoted until its score clears ``theta_plus`` and a negative one demoted below
+``theta_minus``; prediction compares with ``theta`` alone. An update touches the
+document's active features, for the mistaken categories only.
+
+Feature discarding (§4.4): ``discardable`` marks features whose every weight is
+still within one promotion/demotion step of its initial value; ``discard`` sets
+their ``keep`` flag to 0, after which they neither score nor learn.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import numpy as np
+
+from stream_winnow.errors import ConfigError
+from stream_winnow.features import FeatureConfig, FeatureVector
+from stream_winnow.learners.base import DecisionMode, Learner, LearnOutcome
+from stream_winnow.stores.base import Bounds, RowUpdate, TableSpec, Update, WeightStore
+
+KEEP_TABLE = "keep"
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardReport:
+    """How many stored features ``discard`` examined and switched off."""
+
+    examined: int
+    discarded: int
+
+    @property
+    def fraction(self) -> float:
+        return self.discarded / self.examined if self.examined else 0.0
+
+
+class MistakeDriven(Learner):
+    """A linear rule per category that learns only from mistakes (thick threshold during training)."""
+
+    def __init__(
+        self,
+        *,
+        theta: float = 1.0,
+        theta_minus: float = 0.9,
+        theta_plus: float = 1.1,
+        mean_active_features: float | None = None,
+        mode: DecisionMode = "any-of",
+        features: FeatureConfig | None = None,
+        store: WeightStore | None = None,
+    ) -> None:
+        if not theta_minus <= theta <= theta_plus:
+            raise ConfigError(f"need theta_minus <= theta <= theta_plus; got {theta_minus}, {theta}, {theta_plus}")
+        if mean_active_features is not None and mean_active_features <= 0:
+            raise ConfigError(f"mean_active_features must be > 0; got {mean_active_features}")
+        self.theta = theta
+        self.theta_minus = theta_minus
+        self.theta_plus = theta_plus
+        # d in the paper: the documents' mean total strength (their number of active features when strength
+        # is binary). Weights are stored in units of theta/d, so d only scales scores and can be set late:
+        # None takes it from the model's metadata, else from the first document learned.
+        self.mean_active_features = mean_active_features
+        super().__init__(mode=mode, features=features, store=store)
+        self._last_read: tuple[tuple[FeatureVector, int, int], dict[str, np.ndarray], np.ndarray] | None = None
+        if mean_active_features is None and "mean_active_features" in self.store.metadata():
+            self._d: float | None = float(self.store.metadata()["mean_active_features"])
+        else:
+            self._d = mean_active_features
+
+    @property
+    def d(self) -> float | None:
+        """The paper's d as in force (None until set or learned)."""
+        return self._d
+
+    def set_d(self, mean_total_strength: float) -> None:
+        """Fix d (and record it in the model, so every worker scores alike)."""
+        if mean_total_strength <= 0:
+            raise ConfigError(f"d must be > 0; got {mean_total_strength}")
+        self._d = float(mean_total_strength)
+        self.store.set_metadata({"mean_active_features": repr(self._d)})
+
+    def fix_d(self, vector: FeatureVector) -> float:
+        """d, set from this document's total strength when nobody set it before."""
+        if self._d is None:
+            self.set_d(max(vector.total_strength, 1e-9))
+        assert self._d is not None
+        return self._d
+
+    def unit(self, vector: FeatureVector) -> float:
+        """theta/d: the value of a stored weight of 1.0 (before any document, d is this one's strength)."""
+        d = self._d if self._d is not None else max(vector.total_strength, 1e-9)
+        return self.theta / d
+
+    def keep_spec(self) -> TableSpec:
+        return TableSpec(KEEP_TABLE, 1.0, per_category=False, bounds=Bounds(0.0, 1.0))
+
+    # -- the rule ------------------------------------------------------------------------------------
+    @abstractmethod
+    def scores(self, values: dict[str, np.ndarray], strengths: np.ndarray, unit: float) -> np.ndarray:
+        """Score per category from the feature rows ``values``, (kept) strengths and the weight unit."""
+
+    @abstractmethod
+    def rule_updates(
+        self, vector: FeatureVector, promote: np.ndarray, demote: np.ndarray
+    ) -> list[RowUpdate]:
+        """Row updates promoting the category columns ``promote`` and demoting ``demote``."""
+
+    @abstractmethod
+    def discardable(self, values: dict[str, np.ndarray]) -> np.ndarray:
+        """Bool per row: every weight still within one step of its initial value."""
+
+    # -- shared --------------------------------------------------------------------------------------
+    def _read(self, vector: FeatureVector) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The vector's rows and kept strengths; the last read is reused while the model is unchanged."""
+        key = (vector, self.store.version, len(self.store.categories()))
+        last = self._last_read
+        if last is not None and last[0][0] is vector and last[0][1:] == key[1:]:
+            return last[1], last[2]
+        values = self.store.read(vector.ids)
+        strengths = vector.strengths * values[KEEP_TABLE][:, 0]
+        self._last_read = (key, values, strengths)
+        return values, strengths
+
+    def margins(self, vector: FeatureVector) -> np.ndarray:
+        values, strengths = self._read(vector)
+        return self.scores(values, strengths, self.unit(vector)) - self.theta
+
+    def updates_for(
+        self, vector: FeatureVector, labels: Collection[str], margins: np.ndarray | None = None
+    ) -> tuple[list[Update], LearnOutcome]:
+        truth = self.label_vector(labels)
+        self.fix_d(vector)
+        if margins is None or len(margins) != len(truth):
+            margins = self.margins(vector)
+        scores = margins + self.theta
+        promote = np.flatnonzero(truth & (scores <= self.theta_plus))
+        demote = np.flatnonzero(~truth & (scores >= self.theta_minus))
+        names = self.store.categories()
+        outcome = LearnOutcome(
+            tuple(names[i] for i in promote.tolist()), tuple(names[i] for i in demote.tolist()), False
+        )
+        if not (len(promote) or len(demote)):
+            return [], outcome
+        kept = self._read(vector)[0][KEEP_TABLE][:, 0] > 0
+        if not kept.all():
+            vector = FeatureVector(vector.ids[kept], vector.strengths[kept])
+        updates: list[Update] = list(self.rule_updates(vector, promote, demote)) if len(vector) else []
+        updates += self.bookkeeping(outcome.promoted + outcome.demoted)
+        return updates, outcome
+
+    def discard(self) -> DiscardReport:
+        """Switch off every stored feature whose weights never moved more than one step (§4.4)."""
+        examined = discarded = 0
+        for ids, values in list(self.store.iter_rows()):
+            live = values[KEEP_TABLE][:, 0] > 0
+            drop = live & self.discardable(values)
+            examined += int(live.sum())
+            if drop.any():
+                dropped = ids[drop]
+                self.store.apply([RowUpdate(KEEP_TABLE, dropped, np.array([0]), np.zeros(1))])
+                discarded += int(drop.sum())
+        return DiscardReport(examined, discarded)
+
+    @staticmethod
+    def within_one_step(values: np.ndarray, initial: float, alpha: float, beta: float) -> np.ndarray:
+        """Bool per row: every value in [initial*beta, initial*alpha] (a small tolerance for rounding)."""
+        low, high = initial * min(alpha, beta) * (1 - 1e-6), initial * max(alpha, beta) * (1 + 1e-6)
+        return np.all((values >= low) & (values <= high), axis=1)

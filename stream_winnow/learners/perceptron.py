@@ -1,0 +1,62 @@
+"""Perceptron: additive updates, w += alpha * s on promotion and w -= alpha * s on demotion.
+
+Weights start at 0 and are kept in units of theta/d like the Winnow rules', so
+``alpha`` = 1 moves a weight by one initial Winnow weight (theta/d) per unit of
+strength. Same thick threshold and active-features-only updates as the Winnows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stream_winnow.errors import ConfigError
+from stream_winnow.features import FeatureConfig, FeatureVector
+from stream_winnow.learners.base import DecisionMode
+from stream_winnow.learners.mistake_driven import MistakeDriven
+from stream_winnow.stores.base import Bounds, RowUpdate, TableSpec, WeightStore
+
+
+class Perceptron(MistakeDriven):
+    """Rosenblatt's Perceptron with a fixed threshold theta, one per category."""
+
+    name = "perceptron"
+
+    def __init__(
+        self,
+        alpha: float = 1.0,
+        *,
+        theta: float = 1.0,
+        theta_minus: float = 0.9,
+        theta_plus: float = 1.1,
+        mean_active_features: float | None = None,
+        mode: DecisionMode = "any-of",
+        features: FeatureConfig | None = None,
+        store: WeightStore | None = None,
+    ) -> None:
+        if alpha <= 0:
+            raise ConfigError(f"perceptron needs alpha > 0; got {alpha}")
+        self.alpha = alpha
+        super().__init__(
+            theta=theta,
+            theta_minus=theta_minus,
+            theta_plus=theta_plus,
+            mean_active_features=mean_active_features,
+            mode=mode,
+            features=features,
+            store=store,
+        )
+
+    def table_specs(self) -> list[TableSpec]:
+        return [TableSpec("weight", 0.0, bounds=Bounds(-1e30, 1e30)), self.keep_spec()]
+
+    def scores(self, values: dict[str, np.ndarray], strengths: np.ndarray, unit: float) -> np.ndarray:
+        return unit * (strengths @ values["weight"])
+
+    def rule_updates(self, vector: FeatureVector, promote: np.ndarray, demote: np.ndarray) -> list[RowUpdate]:
+        columns = np.concatenate([promote, demote])
+        signs = np.concatenate([np.ones(len(promote)), -np.ones(len(demote))])
+        return [RowUpdate("weight", vector.ids, columns, add=self.alpha * np.outer(vector.strengths, signs))]
+
+    def discardable(self, values: dict[str, np.ndarray]) -> np.ndarray:
+        # One step moves a weight by alpha * s; with strengths near 1 that is about alpha.
+        return np.all(np.abs(values["weight"]) <= self.alpha * (1 + 1e-6), axis=1)

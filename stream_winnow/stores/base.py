@@ -1,0 +1,143 @@
+"""The weight store interface: per-feature rows of per-category values.
+
+A model is a few named *tables* (Balanced Winnow: ``positive`` and ``negative``
+weights; Naive Bayes: term counts). A table row belongs to one feature and holds
+one value per category (or a single value when ``per_category`` is false). A
+feature the store has never seen reads as the table's initial value, so stores
+keep only features that were updated: learners touch active features only.
+
+Every change is a ``RowUpdate``: for the listed features ``f`` and category
+columns ``c``::
+
+    w[f, c] <- clip(w[f, c] * multiply[c] + add[f, c], bounds.low, bounds.high)
+
+Multiplicative (Winnow) and additive (Perceptron, Naive Bayes) rules are both
+this one operation, which a Redis script can apply atomically, and which stays
+correct when several workers apply updates to the same features concurrently.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stream_winnow.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """Every stored value is clipped into ``[low, high]`` after an update.
+
+    The default keeps a Winnow weight a normal float32 (Redis stores packed
+    float32 vectors): 100,000 promotions by 1.5 would overflow float64 (1.5^1750
+    does already), while a weight held at 1e30 still decides alone against a
+    threshold of 1, so clipping never turns a right decision wrong.
+    """
+
+    low: float = 1e-30
+    high: float = 1e30
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """One table of a model: its name, the value of an unseen entry, and its width."""
+
+    name: str
+    initial: float
+    per_category: bool = True
+    bounds: Bounds = field(default_factory=Bounds)
+
+
+@dataclass(frozen=True, slots=True)
+class RowUpdate:
+    """``w[f, c] <- clip(w[f, c] * multiply[c] + add[f, c])`` on one table.
+
+    ``feature_ids`` has k entries, ``columns`` m; ``multiply`` has shape (m,)
+    and ``add`` (k, m); either may be None (meaning 1 and 0).
+    """
+
+    table: str
+    feature_ids: np.ndarray
+    columns: np.ndarray
+    multiply: np.ndarray | None = None
+    add: np.ndarray | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CounterUpdate:
+    """Add ``amounts[key]`` to the counter ``name`` at each key (a category name, or ``"*"`` for a total)."""
+
+    name: str
+    amounts: Mapping[str, float]
+
+
+Update = RowUpdate | CounterUpdate
+
+
+class WeightStore(ABC):
+    """Where a model's tables live: in this process, or in Redis shared by workers."""
+
+    def __init__(self, tables: Sequence[TableSpec]) -> None:
+        names = [t.name for t in tables]
+        if len(set(names)) != len(names) or not names:
+            raise ConfigError(f"table names must be unique and non-empty; got {names}")
+        self.tables: dict[str, TableSpec] = {t.name: t for t in tables}
+
+    # -- categories ---------------------------------------------------------------------------------
+    @abstractmethod
+    def categories(self) -> tuple[str, ...]:
+        """Category names, in column order."""
+
+    @abstractmethod
+    def ensure_categories(self, names: Sequence[str]) -> np.ndarray:
+        """Column index of each name, creating the categories not seen before (open category set)."""
+
+    # -- rows ----------------------------------------------------------------------------------------
+    @abstractmethod
+    def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """For each table, an array (len(feature_ids), width) of current values; unseen read as initial."""
+
+    @abstractmethod
+    def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
+        """Apply all ``updates`` (rows and counters) at once and bump the version.
+
+        With an ``event_id`` already applied, change nothing and return False
+        (a redelivered labelled event must not move the weights twice).
+        """
+
+    @abstractmethod
+    def counters(self, name: str) -> dict[str, float]:
+        """The counter ``name``: value per key (category name or ``"*"``); absent keys are 0."""
+
+    @abstractmethod
+    def delete(self, feature_ids: np.ndarray) -> int:
+        """Forget the rows of these features (they read as initial again); returns how many existed."""
+
+    @abstractmethod
+    def iter_rows(self, chunk_rows: int = 10_000) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """Every stored row, in chunks of (feature_ids, {table: values})."""
+
+    @abstractmethod
+    def n_features(self) -> int:
+        """How many feature rows are stored (statistics rows included)."""
+
+    @property
+    @abstractmethod
+    def version(self) -> int:
+        """Number of applied updates; grows by one per ``apply`` that changed something."""
+
+    # -- model metadata ------------------------------------------------------------------------------
+    @abstractmethod
+    def metadata(self) -> dict[str, str]:
+        """The model's settings (learner name and hyperparameters) as stored."""
+
+    @abstractmethod
+    def set_metadata(self, values: Mapping[str, str]) -> None:
+        """Record settings; existing keys are overwritten."""
+
+    def widths(self) -> dict[str, int]:
+        n = len(self.categories())
+        return {name: (n if spec.per_category else 1) for name, spec in self.tables.items()}

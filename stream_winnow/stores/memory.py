@@ -1,0 +1,186 @@
+"""A weight store in this process's memory: one numpy array, one row per feature.
+
+A row packs every table side by side (``[positive x C | negative x C | keep]``
+for Balanced Winnow), the layout the Redis store uses too, so reading a
+document's features is one gather. Rows are allocated on first update only
+(reads of unseen features hit row 0, a read-only row of initial values), so the
+store holds just the features that mattered. Capacity doubles as rows and
+category columns are added; at 90 categories a Balanced Winnow feature costs
+(2 x 90 + 1) x 8 = 1,448 bytes here (float64).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from stream_winnow.stores.base import CounterUpdate, TableSpec, Update, WeightStore
+
+# Initial capacities; both double on demand.
+_INITIAL_ROWS = 4096
+_INITIAL_CATEGORIES = 16
+
+
+class MemoryStore(WeightStore):
+    """In-process store for the library, tests and the in-process benchmarks."""
+
+    def __init__(self, tables: Sequence[TableSpec]) -> None:
+        super().__init__(tables)
+        self._categories: list[str] = []
+        self._column: dict[str, int] = {}
+        self._row: dict[int, int] = {}
+        self._row_ids: list[int] = [0]  # row -> feature id; row 0 is the initial-values row
+        self._free_rows: list[int] = []
+        self._capacity_categories = 0
+        self._offsets: dict[str, int] = {}
+        self._array = np.zeros((0, 0))
+        self._layout(_INITIAL_ROWS, _INITIAL_CATEGORIES)
+        self._applied_events: set[str] = set()
+        self._version = 0
+        self._metadata: dict[str, str] = {}
+        self._counters: dict[str, dict[str, float]] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(tables={list(self.tables)}, categories={len(self._categories)}, features={len(self._row)})"
+
+    def _layout(self, rows: int, categories: int) -> None:
+        """(Re)build the packed array for ``rows`` rows and room for ``categories`` categories."""
+        offsets: dict[str, int] = {}
+        width = 0
+        for name, spec in self.tables.items():
+            offsets[name] = width
+            width += categories if spec.per_category else 1
+        array = np.empty((rows, width))
+        for name, spec in self.tables.items():
+            start = offsets[name]
+            array[:, start : start + (categories if spec.per_category else 1)] = spec.initial
+        if self._array.size:
+            used_rows = min(self._array.shape[0], rows)
+            for name, spec in self.tables.items():
+                n = min(len(self._categories), self._capacity_categories) if spec.per_category else 1
+                old, new = self._offsets[name], offsets[name]
+                array[:used_rows, new : new + n] = self._array[:used_rows, old : old + n]
+        self._array, self._offsets, self._capacity_categories = array, offsets, categories
+
+    # -- categories -----------------------------------------------------------------------------------
+    def categories(self) -> tuple[str, ...]:
+        return tuple(self._categories)
+
+    def ensure_categories(self, names: Sequence[str]) -> np.ndarray:
+        column = self._column
+        for name in names:
+            if name not in column:
+                column[name] = len(self._categories)
+                self._categories.append(name)
+        if len(self._categories) > self._capacity_categories:
+            self._layout(self._array.shape[0], max(len(self._categories), 2 * self._capacity_categories))
+        return np.array([column[n] for n in names], dtype=np.intp)
+
+    # -- rows -----------------------------------------------------------------------------------------
+    def rows_of(self, feature_ids: np.ndarray) -> np.ndarray:
+        """Row index per feature; 0 (the initial-values row) for features not stored."""
+        get = self._row.get
+        return np.array([get(f, 0) for f in feature_ids.tolist()], dtype=np.intp)
+
+    def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
+        block = self._array[self.rows_of(feature_ids)]
+        n = len(self._categories)
+        return {
+            name: block[:, start : start + (n if self.tables[name].per_category else 1)]
+            for name, start in self._offsets.items()
+        }
+
+    def _allocate(self, feature_ids: np.ndarray) -> np.ndarray:
+        rows = self.rows_of(feature_ids)
+        missing = np.flatnonzero(rows == 0)
+        if len(missing):
+            for i in missing.tolist():
+                fid = int(feature_ids[i])
+                row = self._row.get(fid)  # the same id twice in one update
+                if row is None:
+                    row = self._free_rows.pop() if self._free_rows else len(self._row_ids)
+                    if row == len(self._row_ids):
+                        self._row_ids.append(fid)
+                    else:
+                        self._row_ids[row] = fid
+                    self._row[fid] = row
+                rows[i] = row
+            if len(self._row_ids) > self._array.shape[0]:
+                self._layout(max(len(self._row_ids), 2 * self._array.shape[0]), self._capacity_categories)
+        return rows
+
+    def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
+        if event_id is not None:
+            if event_id in self._applied_events:
+                return False
+            self._applied_events.add(event_id)
+        rows_for: tuple[np.ndarray, np.ndarray] | None = None
+        for update in updates:
+            if isinstance(update, CounterUpdate):
+                counter = self._counters.setdefault(update.name, {})
+                for key, amount in update.amounts.items():
+                    counter[key] = counter.get(key, 0.0) + amount
+                continue
+            spec = self.tables[update.table]
+            if rows_for is None or rows_for[0] is not update.feature_ids:
+                rows_for = (update.feature_ids, self._allocate(update.feature_ids))
+            index = np.ix_(rows_for[1], update.columns + self._offsets[update.table])
+            block = self._array[index]
+            if update.multiply is not None:
+                block *= update.multiply
+            if update.add is not None:
+                block += update.add
+            np.clip(block, spec.bounds.low, spec.bounds.high, out=block)
+            self._array[index] = block
+        self._version += 1
+        return True
+
+    def counters(self, name: str) -> dict[str, float]:
+        return dict(self._counters.get(name, {}))
+
+    def delete(self, feature_ids: np.ndarray) -> int:
+        deleted = 0
+        for fid in feature_ids.tolist():
+            row = self._row.pop(fid, None)
+            if row is None:
+                continue
+            self._array[row] = self._array[0]
+            self._row_ids[row] = 0
+            self._free_rows.append(row)
+            deleted += 1
+        return deleted
+
+    def iter_rows(self, chunk_rows: int = 10_000) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        ids = np.array(list(self._row), dtype=np.int64)
+        for start in range(0, len(ids), chunk_rows):
+            chunk = ids[start : start + chunk_rows]
+            yield chunk, self.read(chunk)
+
+    def n_features(self) -> int:
+        return len(self._row)
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def metadata(self) -> dict[str, str]:
+        return dict(self._metadata)
+
+    def set_metadata(self, values: Mapping[str, str]) -> None:
+        self._metadata.update(values)
+
+    # -- for the compiled loops (learners/compiled.py) --------------------------------------------------
+    def allocate_rows(self, feature_ids: np.ndarray) -> np.ndarray:
+        """Row index per feature, creating rows (at initial values) for the features not stored yet."""
+        unique, inverse = np.unique(feature_ids, return_inverse=True)
+        return self._allocate(unique)[inverse]
+
+    def packed(self) -> tuple[np.ndarray, dict[str, int]]:
+        """The live packed array (rows x columns) and each table's first column; writes go straight in."""
+        return self._array, dict(self._offsets)
+
+    def record_bulk(self, updates_applied: int, counters: Sequence[CounterUpdate]) -> None:
+        """Account for ``updates_applied`` updates written straight into ``packed()``."""
+        self.apply(counters)
+        self._version += updates_applied - 1
