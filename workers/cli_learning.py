@@ -12,7 +12,7 @@ import click
 
 from stream_winnow.datasets import read_labelled_jsonl, read_modapte, write_modapte
 from stream_winnow.evaluation.runs import EvaluationResult, holdout, prequential
-from stream_winnow.features import STRENGTHS, FeatureConfig, Strength
+from stream_winnow.features import STRENGTHS, FeatureConfig
 from stream_winnow.learners import DECISION_MODES, LEARNERS, Learner, build_learner
 from stream_winnow.training import TrainingConfig
 
@@ -24,9 +24,9 @@ def learner_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--mode", type=click.Choice(DECISION_MODES), default="any-of", show_default=True,
                      help="any-of: every category over its threshold; one-of: the best category."),
         click.option("--strength", type=click.Choice(STRENGTHS), default=None,
-                     help="Feature strength from counts [default: sqrt; count for multinomial-nb, binary for bernoulli-nb]."),
+                     help="Feature strength from counts [default: sqrt; multinomial-nb count, bernoulli-nb binary]."),
         click.option("--normalize/--no-normalize", default=None,
-                     help="Length-normalise strengths [default: on for positive-winnow only]."),
+                     help="Length-normalise strengths [default: on for the Winnows, off for the others]."),
         click.option("--bigrams/--no-bigrams", default=False, show_default=True, help="Add adjacent word pairs."),
         click.option("--alpha", type=float, help="Promotion factor (Winnow) or step (Perceptron)."),
         click.option("--beta", type=float, help="Demotion factor (Winnow)."),
@@ -34,11 +34,14 @@ def learner_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--theta-minus", type=float, help="Lower edge of the thick threshold in training [0.9]."),
         click.option("--theta-plus", type=float, help="Upper edge of the thick threshold in training [1.1]."),
         click.option("--smoothing", type=float, help="Additive smoothing of Naive Bayes [1]."),
-        click.option("--passes", type=click.IntRange(min=1), default=10, show_default=True,
+        click.option("--passes", type=click.IntRange(min=1), default=30, show_default=True,
                      help="Training passes at most (stops early on a pass without mistakes)."),
+        click.option("--average/--no-average", default=True, show_default=True,
+                     help="Use the mean of the weights after each training pass."),
         click.option("--discard-below", type=click.IntRange(min=0), default=None,
                      help="Discard unused features after the first pass with fewer mistakes than this."),
-        click.option("--shuffle-seed", type=int, default=None, help="Shuffle the training set between passes."),
+        click.option("--shuffle-seed", type=int, default=None,
+                     help="Shuffle the training set between passes [default: keep its order]."),
     ]  # fmt: skip
     for option in reversed(options):
         command = option(command)
@@ -48,16 +51,18 @@ def learner_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def make_learner(options: dict[str, Any]) -> tuple[Learner, TrainingConfig]:
     """Build the learner and training settings from ``learner_options`` values (popped from ``options``)."""
     name = options.pop("learner")
-    defaults = {"multinomial-nb": "count", "bernoulli-nb": "binary"}
-    strength: Strength = options.pop("strength") or defaults.get(name, "sqrt")  # type: ignore[assignment]
-    normalize = options.pop("normalize")
-    if normalize is None:
-        normalize = name == "positive-winnow"
-    features = FeatureConfig(strength=strength, normalize=normalize, bigrams=options.pop("bigrams"))
+    defaults = LEARNERS[name].default_features()
+    features = FeatureConfig(
+        strength=options.pop("strength") or defaults.strength,
+        normalize=defaults.normalize if options.get("normalize") is None else options["normalize"],
+        bigrams=options.pop("bigrams"),
+    )
+    options.pop("normalize")
     training = TrainingConfig(
         passes=options.pop("passes"),
         discard_below_mistakes=options.pop("discard_below"),
         shuffle_seed=options.pop("shuffle_seed"),
+        average=options.pop("average"),
     )
     settings = {
         key: options.pop(key)

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
+from scipy import sparse
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.features import FeatureConfig, FeatureVector, Featurizer
+from stream_winnow.features import FeatureBatch, FeatureConfig, FeatureVector, Featurizer
 from stream_winnow.stores.base import CounterUpdate, TableSpec, Update, WeightStore
 from stream_winnow.stores.memory import MemoryStore
 
@@ -73,7 +74,7 @@ class Learner(ABC):
         if mode not in DECISION_MODES:
             raise ConfigError(f"mode must be one of {', '.join(DECISION_MODES)}; got {mode!r}")
         self.mode = mode
-        self.features = features or FeatureConfig()
+        self.features = features or self.default_features()
         self.featurizer = Featurizer(self.features)
         self.store = store if store is not None else MemoryStore(self.table_specs())
         missing = {t.name for t in self.table_specs()} - set(self.store.tables)
@@ -90,14 +91,41 @@ class Learner(ABC):
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{type(self).__name__}({args})"
 
+    @classmethod
+    def default_features(cls) -> FeatureConfig:
+        """The feature settings this rule uses unless told otherwise."""
+        return FeatureConfig()
+
     # -- what a rule defines ---------------------------------------------------------------------------
     @abstractmethod
     def table_specs(self) -> list[TableSpec]:
         """The tables this rule keeps per feature."""
 
-    @abstractmethod
     def margins(self, vector: FeatureVector) -> np.ndarray:
         """Margin per category (store column order); > 0 means the category is predicted."""
+        return self.margins_from(self.store.read(vector.ids), vector.strengths, vector.total_strength)
+
+    def margins_many(self, batch: FeatureBatch) -> np.ndarray:
+        """Margins of every document of ``batch`` (documents x categories) from ONE store read.
+
+        The batch's distinct features are read once (one Redis round trip for a
+        worker's micro-batch); each document's strengths become a sparse row over them.
+        """
+        unique, inverse = np.unique(batch.ids, return_inverse=True)
+        strengths = sparse.csr_matrix(
+            (batch.strengths, inverse.astype(np.int64), batch.indptr), shape=(len(batch), len(unique))
+        )
+        totals = np.add.reduceat(batch.strengths, batch.indptr[:-1]) if len(batch.ids) else np.zeros(len(batch))
+        totals[np.diff(batch.indptr) == 0] = 0.0
+        return np.asarray(self.margins_from(self.store.read(unique), strengths, totals[:, None]))
+
+    @abstractmethod
+    def margins_from(self, values: dict[str, np.ndarray], strengths: Any, total_strength: Any) -> np.ndarray:
+        """Margins from the features' stored rows ``values`` and their strengths.
+
+        ``strengths`` is a vector (one document) or a sparse documents x features
+        matrix; the formulas use ``strengths @ ...`` so both work.
+        """
 
     @abstractmethod
     def updates_for(

@@ -16,8 +16,10 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from scipy import sparse
 
 from stream_winnow.errors import ConfigError
 from stream_winnow.features import FeatureConfig, FeatureVector
@@ -90,9 +92,9 @@ class MistakeDriven(Learner):
         assert self._d is not None
         return self._d
 
-    def unit(self, vector: FeatureVector) -> float:
-        """theta/d: the value of a stored weight of 1.0 (before any document, d is this one's strength)."""
-        d = self._d if self._d is not None else max(vector.total_strength, 1e-9)
+    def unit(self, total_strength: Any) -> Any:
+        """theta/d: the value of a stored weight of 1.0 (before any document, d is the document's strength)."""
+        d = self._d if self._d is not None else np.maximum(total_strength, 1e-9)
         return self.theta / d
 
     def keep_spec(self) -> TableSpec:
@@ -100,7 +102,7 @@ class MistakeDriven(Learner):
 
     # -- the rule ------------------------------------------------------------------------------------
     @abstractmethod
-    def scores(self, values: dict[str, np.ndarray], strengths: np.ndarray, unit: float) -> np.ndarray:
+    def scores(self, values: dict[str, np.ndarray], strengths: Any, unit: Any) -> np.ndarray:
         """Score per category from the feature rows ``values``, (kept) strengths and the weight unit."""
 
     @abstractmethod
@@ -127,7 +129,12 @@ class MistakeDriven(Learner):
 
     def margins(self, vector: FeatureVector) -> np.ndarray:
         values, strengths = self._read(vector)
-        return self.scores(values, strengths, self.unit(vector)) - self.theta
+        return self.scores(values, strengths, self.unit(vector.total_strength)) - self.theta
+
+    def margins_from(self, values: dict[str, np.ndarray], strengths: Any, total_strength: Any) -> np.ndarray:
+        keep = values[KEEP_TABLE][:, 0]
+        kept = strengths * keep if isinstance(strengths, np.ndarray) else strengths @ sparse.diags(keep)
+        return np.asarray(self.scores(values, kept, self.unit(total_strength))) - self.theta
 
     def updates_for(
         self, vector: FeatureVector, labels: Collection[str], margins: np.ndarray | None = None

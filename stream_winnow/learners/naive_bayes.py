@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
+from scipy import sparse
 
 from stream_winnow.errors import ConfigError
 from stream_winnow.features import FeatureConfig, FeatureVector
@@ -53,7 +55,11 @@ class NaiveBayes(Learner):
         if smoothing <= 0:
             raise ConfigError(f"smoothing must be > 0; got {smoothing}")
         self.smoothing = smoothing
-        super().__init__(mode=mode, features=features or FeatureConfig(strength="count"), store=store)
+        super().__init__(mode=mode, features=features, store=store)
+
+    @classmethod
+    def default_features(cls) -> FeatureConfig:
+        return FeatureConfig(strength="count")
 
     def table_specs(self) -> list[TableSpec]:
         return [
@@ -65,9 +71,13 @@ class NaiveBayes(Learner):
     def event_amounts(self, vector: FeatureVector) -> np.ndarray:
         """What one document adds to each of its features' counts (tf, or 1 for presence)."""
 
-    @abstractmethod
     def joint_log_likelihoods(self, vector: FeatureVector) -> tuple[np.ndarray, np.ndarray]:
         """Per category, log P(c) P(d|c) and log P(not c) P(d|not c)."""
+        return self.joint_from(self.store.read(vector.ids), vector.strengths)
+
+    @abstractmethod
+    def joint_from(self, values: dict[str, np.ndarray], strengths: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``joint_log_likelihoods`` from stored rows; ``strengths`` a vector or a sparse docs x features matrix."""
 
     def _priors(self) -> tuple[np.ndarray, float, np.ndarray]:
         names = self.store.categories()
@@ -75,12 +85,14 @@ class NaiveBayes(Learner):
         n_c = np.array([docs.get(c, 0.0) for c in names])
         return n_c, docs.get("*", 0.0), np.array(names)
 
-    def margins(self, vector: FeatureVector) -> np.ndarray:
+    def margins_from(self, values: dict[str, np.ndarray], strengths: Any, total_strength: Any) -> np.ndarray:
+        n_documents = strengths.shape[0] if sparse.issparse(strengths) else None
         if not self.store.counters(DOCS_COUNTER).get("*"):
-            return np.zeros(len(self.store.categories()))
-        c, not_c = self.joint_log_likelihoods(vector)
+            width = len(self.store.categories())
+            return np.zeros(width if n_documents is None else (n_documents, width))
+        c, not_c = self.joint_from(values, strengths)
         if self.mode == "one-of":
-            return c - np.logaddexp.reduce(c)
+            return np.asarray(c - np.logaddexp.reduce(c, axis=-1, keepdims=True))
         return c - not_c
 
     def updates_for(
@@ -120,20 +132,19 @@ class MultinomialNB(NaiveBayes):
     def event_amounts(self, vector: FeatureVector) -> np.ndarray:
         return vector.strengths
 
-    def joint_log_likelihoods(self, vector: FeatureVector) -> tuple[np.ndarray, np.ndarray]:
+    def joint_from(self, values: dict[str, np.ndarray], strengths: Any) -> tuple[np.ndarray, np.ndarray]:
         n_c, n, _ = self._priors()
         tokens = self.store.counters(TOKENS_COUNTER)
         t_c = np.array([tokens.get(c, 0.0) for c in self.store.categories()])
         t_all = tokens.get("*", 0.0)
         vocabulary = max(self.store.n_features(), 1)
         k = self.smoothing
-        values = self.store.read(vector.ids)
         in_c = values["counts"]
         in_not_c = values["total"] - in_c
-        s = vector.strengths
+        s = strengths
         with np.errstate(divide="ignore"):
-            c = np.log(n_c / n) + s @ np.log((in_c + k) / (t_c + k * vocabulary))
-            not_c = np.log((n - n_c) / n) + s @ np.log((in_not_c + k) / (t_all - t_c + k * vocabulary))
+            c = np.log(n_c / n) + np.asarray(s @ np.log((in_c + k) / (t_c + k * vocabulary)))
+            not_c = np.log((n - n_c) / n) + np.asarray(s @ np.log((in_not_c + k) / (t_all - t_c + k * vocabulary)))
         return c, not_c
 
 
@@ -155,8 +166,12 @@ class BernoulliNB(NaiveBayes):
         features: FeatureConfig | None = None,
         store: WeightStore | None = None,
     ) -> None:
-        super().__init__(smoothing, mode=mode, features=features or FeatureConfig(strength="binary"), store=store)
+        super().__init__(smoothing, mode=mode, features=features, store=store)
         self._absent_cache: tuple[int, np.ndarray, np.ndarray] | None = None
+
+    @classmethod
+    def default_features(cls) -> FeatureConfig:
+        return FeatureConfig(strength="binary")
 
     def event_amounts(self, vector: FeatureVector) -> np.ndarray:
         return np.ones(len(vector))
@@ -177,17 +192,19 @@ class BernoulliNB(NaiveBayes):
         self._absent_cache = (version, absent_c, absent_not_c)
         return absent_c, absent_not_c
 
-    def joint_log_likelihoods(self, vector: FeatureVector) -> tuple[np.ndarray, np.ndarray]:
+    def joint_from(self, values: dict[str, np.ndarray], strengths: Any) -> tuple[np.ndarray, np.ndarray]:
         n_c, n, _ = self._priors()
         k = self.smoothing
         absent_c, absent_not_c = self._log_absent_sums(n_c, n)
-        values = self.store.read(vector.ids)
-        known = values["total"][:, 0] > 0  # terms outside the vocabulary are ignored (IR book, Fig. 13.3)
-        df_c = values["counts"][known]
-        df_not_c = values["total"][known] - df_c
+        # Presence: 1 for each of the document's terms in the vocabulary (unknown terms are ignored,
+        # IR book Fig. 13.3); the strengths' values do not matter to the Bernoulli model.
+        known = (values["total"][:, 0] > 0).astype(np.float64)
+        present = known * (strengths != 0) if isinstance(strengths, np.ndarray) else (strengths != 0) @ sparse.diags(known)
+        df_c = values["counts"]
+        df_not_c = values["total"] - df_c
         p_c = (df_c + k) / (n_c + 2 * k)
         p_not_c = (df_not_c + k) / (n - n_c + 2 * k)
         with np.errstate(divide="ignore"):
-            c = np.log(n_c / n) + absent_c + (np.log(p_c) - np.log1p(-p_c)).sum(axis=0)
-            not_c = np.log((n - n_c) / n) + absent_not_c + (np.log(p_not_c) - np.log1p(-p_not_c)).sum(axis=0)
+            c = np.log(n_c / n) + absent_c + np.asarray(present @ (np.log(p_c) - np.log1p(-p_c)))
+            not_c = np.log((n - n_c) / n) + absent_not_c + np.asarray(present @ (np.log(p_not_c) - np.log1p(-p_not_c)))
         return c, not_c

@@ -7,6 +7,8 @@ strength. Same thick threshold and active-features-only updates as the Winnows.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from stream_winnow.errors import ConfigError
@@ -49,7 +51,7 @@ class Perceptron(MistakeDriven):
     def table_specs(self) -> list[TableSpec]:
         return [TableSpec("weight", 0.0, bounds=Bounds(-1e30, 1e30)), self.keep_spec()]
 
-    def scores(self, values: dict[str, np.ndarray], strengths: np.ndarray, unit: float) -> np.ndarray:
+    def scores(self, values: dict[str, np.ndarray], strengths: Any, unit: Any) -> np.ndarray:
         return unit * (strengths @ values["weight"])
 
     def rule_updates(self, vector: FeatureVector, promote: np.ndarray, demote: np.ndarray) -> list[RowUpdate]:

@@ -8,6 +8,8 @@ are normalised to sum to 1 (then d = 1 and a fresh model scores exactly theta).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from stream_winnow.errors import ConfigError
@@ -35,7 +37,7 @@ class PositiveWinnow(MistakeDriven):
         features: FeatureConfig | None = None,
         store: WeightStore | None = None,
     ) -> None:
-        features = features or FeatureConfig(normalize=True)
+        features = features or self.default_features()
         if not features.normalize:
             raise ConfigError("positive-winnow needs length-normalised strengths (FeatureConfig(normalize=True))")
         if not (alpha > 1 and 0 < beta < 1):
@@ -52,10 +54,14 @@ class PositiveWinnow(MistakeDriven):
             store=store,
         )
 
+    @classmethod
+    def default_features(cls) -> FeatureConfig:
+        return FeatureConfig(normalize=True)
+
     def table_specs(self) -> list[TableSpec]:
         return [TableSpec("weight", 1.0), self.keep_spec()]
 
-    def scores(self, values: dict[str, np.ndarray], strengths: np.ndarray, unit: float) -> np.ndarray:
+    def scores(self, values: dict[str, np.ndarray], strengths: Any, unit: Any) -> np.ndarray:
         return unit * (strengths @ values["weight"])
 
     def rule_updates(self, vector: FeatureVector, promote: np.ndarray, demote: np.ndarray) -> list[RowUpdate]:
