@@ -1,6 +1,8 @@
 """The ``stream-winnow`` command: one entry point, subcommands grouped by what they serve.
 
 - learning in process (``cli_learning``): ``dataset``, ``evaluate``
+- the service (``cli_service``): ``worker``
+- models in Redis (``cli_model``): ``train``, ``export``, ``import``, ``explain``, ``categories``, ``status``, ``compact``
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from workers import cli_learning
+    from workers import cli_learning, cli_model, cli_service
 
-    for command in cli_learning.COMMANDS:
+    for command in [*cli_learning.COMMANDS, *cli_service.COMMANDS, *cli_model.COMMANDS]:
         main.add_command(command)
 
 

@@ -1,0 +1,274 @@
+"""The worker end to end: real broker, real Redis, worker processes started as operators start them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+
+from stream_winnow.codec import decode_dead_letter, decode_decision
+from stream_winnow.documents import LabelledDocument
+from stream_winnow.evaluation.metrics import classification_report, label_matrix
+from stream_winnow.evaluation.runs import prequential
+from stream_winnow.learners import build_learner
+from stream_winnow.models import connect, open_learner
+from workers.transport import KafkaSettings, make_consumer, make_producer
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_SESSION_TIMEOUT_MS = 6_000
+
+
+@dataclass
+class Service:
+    """Topics and a model of one test, and the worker processes started on them."""
+
+    bootstrap: str
+    redis_url: str
+    tmp: Path
+    model: str = field(default_factory=lambda: f"m{uuid.uuid4().hex[:10]}")
+    group: str = field(default_factory=lambda: f"g{uuid.uuid4().hex[:10]}")
+    topics: dict[str, str] = field(default_factory=dict)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            STREAM_WINNOW_BOOTSTRAP_SERVERS=self.bootstrap,
+            STREAM_WINNOW_REDIS_URL=self.redis_url,
+            STREAM_WINNOW_MODEL=self.model,
+            STREAM_WINNOW_GROUP_ID=self.group,
+            STREAM_WINNOW_DOCUMENTS_TOPIC=self.topics["documents"],
+            STREAM_WINNOW_LABELS_TOPIC=self.topics["labels"],
+            STREAM_WINNOW_DECISIONS_TOPIC=self.topics["decisions"],
+            STREAM_WINNOW_DEAD_LETTERS_TOPIC=self.topics["dead_letters"],
+            STREAM_WINNOW_SESSION_TIMEOUT_MS=str(TEST_SESSION_TIMEOUT_MS),
+            STREAM_WINNOW_HTTP_PORT="0",
+            STREAM_WINNOW_BATCH_MAX_DOCS="100",
+        )
+        env.update(extra)
+        return env
+
+    def start_worker(self, **extra: str) -> subprocess.Popen[bytes]:
+        log = open(self.tmp / f"worker-{len(self.processes)}.log", "wb")  # noqa: SIM115 - lives with the process
+        process = subprocess.Popen(
+            [sys.executable, "-m", "workers.cli", "worker"], env=self.env(**extra), stdout=log, stderr=log, cwd=REPO
+        )
+        self.processes.append(process)
+        return process
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.tmp.glob("worker-*.log")))
+
+    def produce(self, topic: str, values: list[tuple[bytes, bytes | None]]) -> None:
+        producer = make_producer(KafkaSettings(self.bootstrap))
+        try:
+            for value, key in values:
+                producer.send(self.topics[topic], value, key=key)
+            producer.flush()
+        finally:
+            producer.close()
+
+    def collect(self, topic: str, until: Callable[[list[Any]], bool], timeout_s: float = 90.0) -> list[Any]:
+        """Read ``topic`` from the beginning until ``until(messages)`` or the timeout."""
+        consumer = make_consumer(KafkaSettings(self.bootstrap, session_timeout_ms=TEST_SESSION_TIMEOUT_MS))
+        consumer.subscribe([self.topics[topic]], f"reader-{uuid.uuid4().hex[:8]}")
+        decode = decode_decision if topic == "decisions" else decode_dead_letter
+        messages: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline and not until(messages):
+                messages += [decode(r.value) for r in consumer.poll_batch(1000, 500)]
+        finally:
+            consumer.close()
+        return messages
+
+
+@pytest.fixture
+def service(kafka_bootstrap: str, redis_url: str, topic_factory: Callable[..., str], tmp_path: Path) -> Iterator[Service]:
+    """``service``: fresh topics (4 partitions) and model; worker processes are stopped afterwards."""
+    s = Service(kafka_bootstrap, redis_url, tmp_path)
+    s.topics = {
+        "documents": topic_factory(4, "documents"),
+        "labels": topic_factory(4, "labels"),
+        "decisions": topic_factory(4, "decisions"),
+        "dead_letters": topic_factory(1, "dead-letters"),
+    }
+    yield s
+    for process in s.processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def reuters_docs() -> list[LabelledDocument]:
+    """The first 800 ModApte top-10 training documents (synthetic-free: the real thing, when present)."""
+    path = Path(os.environ.get("STREAM_WINNOW_REUTERS", REPO / "../shared/datasets/reuters21578.tar.gz"))
+    if not path.exists():
+        pytest.skip(f"Reuters-21578 archive not found at {path}")
+    from stream_winnow.datasets import read_modapte
+
+    return read_modapte(path, top=10).train[:800]
+
+
+def document(doc: LabelledDocument, with_labels: bool) -> tuple[bytes, bytes]:
+    body: dict[str, Any] = {"id": doc.id, "tokens": list(doc.tokens)}
+    if with_labels:
+        body["labels"] = list(doc.labels)
+    return msgpack.packb(body), doc.id.encode()
+
+
+def test_two_workers_decide_every_document(service: Service, reuters_docs: list[LabelledDocument]) -> None:
+    docs = reuters_docs[:600]
+    service.start_worker(STREAM_WINNOW_WORKER_ID="w1")
+    service.start_worker(STREAM_WINNOW_WORKER_ID="w2")
+    service.produce("documents", [document(d, with_labels=True) for d in docs])
+    decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= len(docs))
+    assert {d.id for d in decisions} == {d.id for d in docs}, service.logs()[-3000:]
+    assert {d.worker for d in decisions} == {"w1", "w2"}, "both workers should have taken partitions"
+    learner = open_learner(connect(service.redis_url), service.model)
+    assert learner.store.version > 0
+    assert set(learner.store.categories()) == {label for d in docs for label in d.labels}
+
+
+def test_prequential_through_the_service_matches_in_process(
+    service: Service, reuters_docs: list[LabelledDocument], topic_factory: Callable[..., str]
+) -> None:
+    # One partition keeps the stream's order, as the in-process run sees it.
+    service.topics["documents"] = topic_factory(1, "documents")
+    docs = reuters_docs
+    service.start_worker()
+    service.produce("documents", [document(d, with_labels=True) for d in docs])
+    decisions = {d.id: d for d in service.collect("decisions", lambda m: len({d.id for d in m}) >= len(docs))}
+    assert len(decisions) == len(docs), service.logs()[-3000:]
+    categories = sorted({label for d in docs for label in d.labels})
+    true = label_matrix([d.labels for d in docs], categories)
+    served = classification_report(true, label_matrix([decisions[d.id].categories for d in docs], categories))
+    local = prequential(build_learner("balanced-winnow"), docs)
+    assert abs(served.micro_f1 - local.report.micro_f1) <= 0.01, (served.micro_f1, local.report.micro_f1)
+
+
+def test_labelled_events_sent_twice_change_the_weights_once(
+    service: Service, reuters_docs: list[LabelledDocument]
+) -> None:
+    docs = reuters_docs[:150]
+    service.start_worker()
+    service.produce("documents", [document(d, with_labels=False) for d in docs])
+    assert len(service.collect("decisions", lambda m: len(m) >= len(docs))) >= len(docs)
+    events = [
+        (msgpack.packb({"event_id": f"label:{d.id}", "id": d.id, "labels": list(d.labels)}), d.id.encode())
+        for d in docs
+    ]
+    client = connect(service.redis_url)
+    learner = open_learner(client, service.model)
+
+    def settled() -> tuple[int, dict[str, np.ndarray]]:
+        version = -1
+        while version != learner.store.version:  # wait until the worker stops changing the model
+            version = learner.store.version
+            time.sleep(2.0)
+        ids = np.array(sorted({learner.featurizer.token_id(t) for d in docs for t in d.tokens}), dtype=np.int64)
+        return version, learner.store.read(ids)
+
+    service.produce("labels", events)
+    version_once, weights_once = settled()
+    assert version_once > 0
+    service.produce("labels", events)  # the same events again: a redelivery, or a producer retry
+    version_twice, weights_twice = settled()
+    assert version_twice == version_once
+    for table in weights_once:
+        np.testing.assert_array_equal(weights_once[table], weights_twice[table])
+
+
+BAD_INPUTS = {
+    "not-msgpack": b"\xc1\x00not msgpack",
+    "not-a-map": msgpack.packb(["id", "tokens"]),
+    "missing-field": msgpack.packb({"tokens": ["a"]}),
+    "wrong-type": msgpack.packb({"id": "d1", "tokens": "a b c"}),
+    "empty-tokens": msgpack.packb({"id": "d2", "tokens": []}),
+    "too-many-tokens": msgpack.packb({"id": "d3", "tokens": ["t"] * 20_001}),
+    "unknown-field": msgpack.packb({"id": "d4", "tokens": ["a"], "colour": "red"}),
+    "not-utf8": b"\x82\xa2id\xa2d5\xa6tokens\x91\xa2\xff\xfe",
+    "too-large": msgpack.packb({"id": "d6", "tokens": ["x" * 200] * 800}),
+}
+
+
+def test_every_bad_input_is_dead_lettered_and_the_worker_goes_on(service: Service) -> None:
+    service.start_worker(STREAM_WINNOW_MAX_TOKENS_PER_DOCUMENT="20000", STREAM_WINNOW_MAX_MESSAGE_BYTES="100000")
+    good = [msgpack.packb({"id": f"ok{i}", "tokens": ["grain", "wheat", "tonnes"]}) for i in range(3)]
+    values = [(v, None) for v in BAD_INPUTS.values()] + [(v, None) for v in good]
+    service.produce("documents", values)
+    letters = service.collect("dead_letters", lambda m: len(m) >= len(BAD_INPUTS))
+    assert {letter.reason for letter in letters} == set(BAD_INPUTS), [
+        (letter.reason, letter.detail) for letter in letters
+    ]
+    by_reason = {letter.reason: letter for letter in letters}
+    for reason, raw in BAD_INPUTS.items():
+        assert by_reason[reason].original == raw
+        assert by_reason[reason].source_topic == service.topics["documents"]
+        assert by_reason[reason].detail
+    decisions = service.collect("decisions", lambda m: len(m) >= 3)
+    assert {d.id for d in decisions} == {"ok0", "ok1", "ok2"}
+    assert service.processes[0].poll() is None, "the worker must still run"
+
+
+def test_a_labelled_event_for_an_unknown_document_is_dead_lettered(service: Service) -> None:
+    service.start_worker()
+    service.produce("labels", [(msgpack.packb({"event_id": "e1", "id": "never-seen", "labels": ["grain"]}), None)])
+    letters = service.collect("dead_letters", lambda m: len(m) >= 1)
+    assert [letter.reason for letter in letters] == ["document-not-cached"]
+
+
+def test_a_worker_killed_mid_stream_and_restarted_leaves_no_document_undecided(
+    service: Service, reuters_docs: list[LabelledDocument]
+) -> None:
+    docs = reuters_docs[:800]
+    worker = service.start_worker()
+    service.produce("documents", [document(d, with_labels=True) for d in docs])
+    seen = service.collect("decisions", lambda m: len(m) >= 150)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    assert len({d.id for d in seen}) < len(docs), "the kill should land mid-stream"
+    service.start_worker()
+    decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= len(docs), timeout_s=120)
+    assert {d.id for d in decisions} == {d.id for d in docs}, service.logs()[-3000:]
+
+
+def test_sigterm_finishes_commits_and_exits_zero(service: Service, reuters_docs: list[LabelledDocument]) -> None:
+    worker = service.start_worker()
+    service.produce("documents", [document(d, with_labels=False) for d in reuters_docs[:50]])
+    service.collect("decisions", lambda m: len(m) >= 50)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+    assert "stopped" in service.logs()
+
+
+def test_secrets_never_reach_the_logs(service: Service, tmp_path: Path) -> None:
+    from workers.embedded import start_redis
+
+    with start_redis(password="hunter2-s3cret") as secured:
+        service.redis_url = secured.url
+        worker = service.start_worker(
+            STREAM_WINNOW_LOG_LEVEL="DEBUG", STREAM_WINNOW_SASL_PASSWORD="kafka-pa55word"
+        )
+        service.produce("documents", [(msgpack.packb({"id": "a", "tokens": ["x"]}), None)])
+        service.collect("decisions", lambda m: len(m) >= 1)
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    logs = service.logs()
+    assert "starting" in logs
+    assert "hunter2-s3cret" not in logs
+    assert "kafka-pa55word" not in logs

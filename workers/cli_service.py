@@ -1,0 +1,193 @@
+"""Subcommands that run the service: ``worker`` (and, with the embedded default, ``up`` / ``demo``).
+
+Every flag of ``worker`` can also be set by the environment variable
+``STREAM_WINNOW_<FLAG>`` (``--bootstrap-servers`` → ``STREAM_WINNOW_BOOTSTRAP_SERVERS``);
+``WORKER_FLAGS`` lists them for the deploy check.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from stream_winnow.codec import CodecLimits
+from stream_winnow.document_cache import DocumentCache
+from stream_winnow.learners import LEARNERS
+from stream_winnow.models import connect, open_learner
+from workers.config import ENV_PREFIX, Topics, WorkerConfig, default_worker_id, redact_url
+from workers.transport import KafkaSettings, make_consumer, make_producer
+
+
+def env(flag: str) -> str:
+    """The environment variable of a flag: ``--redis-url`` → ``STREAM_WINNOW_REDIS_URL``."""
+    return f"{ENV_PREFIX}_{flag.lstrip('-').replace('-', '_').upper()}"
+
+
+def option(flag: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A click option that also reads ``STREAM_WINNOW_<FLAG>`` and shows it in --help."""
+    return click.option(flag, envvar=env(flag), show_envvar=True, **kwargs)
+
+
+def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Where the broker and Redis are, and the model's name (shared by every service command)."""
+    for decorator in reversed([
+        option("--bootstrap-servers", default="127.0.0.1:9092", show_default=True, help="Kafka host:port[,...]."),
+        option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True,
+               help="redis://[:password@]host:port/db (a Cluster node's URL for a Cluster)."),
+        option("--model", default="default", show_default=True, help="The model's name in Redis."),
+    ]):  # fmt: skip
+        command = decorator(command)
+    return command
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # kafka-python logs every reconnect at WARNING/ERROR; the worker says what matters itself.
+    logging.getLogger("kafka").setLevel(logging.CRITICAL if level.upper() != "DEBUG" else logging.DEBUG)
+
+
+@click.command("worker")
+@connection_options
+@option("--kafka-client", type=click.Choice(["kafka-python", "confluent"]), default="kafka-python",
+        show_default=True, help="confluent (librdkafka) is ~20x faster; needs the 'fast' extra.")
+@option("--security-protocol", type=click.Choice(["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]),
+        default="PLAINTEXT", show_default=True)
+@option("--sasl-mechanism", type=click.Choice(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]), default=None)
+@option("--sasl-username", default=None)
+@option("--sasl-password", default=None, help="Prefer the environment variable; never logged.")
+@option("--ssl-cafile", default=None, type=click.Path(dir_okay=False))
+@option("--group-id", default="stream-winnow", show_default=True, help="Consumer group of the workers.")
+@option("--session-timeout-ms", type=click.IntRange(min=1000), default=10_000, show_default=True,
+        help="A dead worker's partitions move to the others after this.")
+@option("--documents-topic", default="documents", show_default=True)
+@option("--labels-topic", default="labels", show_default=True)
+@option("--decisions-topic", default="decisions", show_default=True)
+@option("--dead-letters-topic", default="dead-letters", show_default=True)
+@option("--learner", type=click.Choice(list(LEARNERS)), default="balanced-winnow", show_default=True,
+        help="Learner of a model created by this worker (an existing model keeps its own).")
+@option("--shards", type=click.IntRange(1, 16384), default=16, show_default=True,
+        help="Feature shards of a new model (hash tags for a Redis Cluster).")
+@option("--batch-max-docs", type=click.IntRange(min=1), default=500, show_default=True)
+@option("--poll-timeout-ms", type=click.IntRange(min=1), default=500, show_default=True)
+@option("--max-tokens-per-document", type=click.IntRange(min=1), default=10_000, show_default=True)
+@option("--max-message-bytes", type=click.IntRange(min=64), default=1_048_576, show_default=True)
+@option("--document-cache-ttl-s", type=click.IntRange(min=1), default=86_400, show_default=True)
+@option("--max-staleness-ms", type=click.IntRange(min=0), default=0, show_default=True,
+        help="Score with cached weights at most this old (0: read Redis every batch).")
+@option("--http-port", type=click.IntRange(0, 65535), default=9400, show_default=True,
+        help="/metrics, /healthz and /readyz (0: off).")
+@option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+        default="INFO", show_default=True)
+@option("--worker-id", default=None, help="Name in logs and decisions [default: host-pid].")
+def worker(**flags: Any) -> None:
+    """Join the consumer group: score documents, emit decisions, learn from labelled events."""
+    config = worker_config(flags)
+    setup_logging(config.log_format, config.log_level)
+    run_worker(config)
+
+
+# Flags of `worker`, for the check that deploy/ sets only variables the worker reads.
+WORKER_ENV = sorted(env(p.opts[0]) for p in worker.params if isinstance(p, click.Option) and p.opts[0] != "--help")
+
+
+def worker_config(flags: dict[str, Any]) -> WorkerConfig:
+    kafka = KafkaSettings(
+        bootstrap_servers=flags["bootstrap_servers"],
+        security_protocol=flags["security_protocol"],
+        sasl_mechanism=flags["sasl_mechanism"],
+        sasl_username=flags["sasl_username"],
+        sasl_password=flags["sasl_password"],
+        ssl_cafile=flags["ssl_cafile"],
+        max_poll_records=flags["batch_max_docs"],
+        session_timeout_ms=flags["session_timeout_ms"],
+    )
+    return WorkerConfig(
+        kafka=kafka,
+        redis_url=flags["redis_url"],
+        model=flags["model"],
+        kafka_client=flags["kafka_client"],
+        group_id=flags["group_id"],
+        topics=Topics(flags["documents_topic"], flags["labels_topic"], flags["decisions_topic"],
+                      flags["dead_letters_topic"]),  # fmt: skip
+        batch_max_docs=flags["batch_max_docs"],
+        poll_timeout_ms=flags["poll_timeout_ms"],
+        limits=CodecLimits(max_tokens_per_document=flags["max_tokens_per_document"],
+                           max_message_bytes=flags["max_message_bytes"]),  # fmt: skip
+        learner=flags["learner"],
+        shards=flags["shards"],
+        document_cache_ttl_s=flags["document_cache_ttl_s"],
+        max_staleness_ms=flags["max_staleness_ms"],
+        http_port=flags["http_port"],
+        log_format=flags["log_format"],
+        log_level=flags["log_level"].upper(),
+        worker_id=flags["worker_id"] or default_worker_id(),
+    )
+
+
+def run_worker(config: WorkerConfig) -> None:
+    """Connect (retrying until Redis answers), serve health and metrics, and run the loop until SIGTERM."""
+    from stream_winnow.errors import StoreError
+    from workers.health import serve_http
+    from workers.metrics import WorkerMetrics
+    from workers.worker import Worker
+
+    log = logging.getLogger("stream_winnow.worker")
+    log.info("starting %r", config)
+    delay_s = config.retry_initial_ms / 1000
+    while True:
+        try:
+            client = connect(config.redis_url)
+            learner = open_learner(client, config.model, learner=config.learner, shards=config.shards)
+            break
+        except StoreError as error:
+            log.warning("Redis at %s unavailable (%s); retrying in %.1f s", redact_url(config.redis_url), error,
+                        delay_s)  # fmt: skip
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, config.retry_max_ms / 1000)
+    metrics = WorkerMetrics()
+    the_worker = Worker(
+        config,
+        make_consumer(config.kafka, config.kafka_client),
+        make_producer(config.kafka, config.kafka_client),
+        learner,
+        DocumentCache(client, config.model, config.document_cache_ttl_s),
+        metrics,
+    )
+    the_worker.state.redis_ok = True
+    server = serve_http(config.http_port, metrics, the_worker.state) if config.http_port else None
+    the_worker.install_signal_handlers()
+    try:
+        the_worker.run()
+    finally:
+        if server is not None:
+            server.shutdown()
+
+
+COMMANDS = [worker]

@@ -1,0 +1,102 @@
+"""The worker's settings: one frozen object, built from flags and ``STREAM_WINNOW_*`` variables in one place.
+
+Every flag ``--some-name`` has the environment variable ``STREAM_WINNOW_SOME_NAME``
+(click's ``auto_envvar_prefix``); ``deploy/`` sets exactly these names and
+``tests/test_deploy.py`` checks both lists agree. Secrets (the Redis URL's
+password, the SASL password) are kept out of ``repr`` and logs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field, fields
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from stream_winnow.codec import CodecLimits
+from stream_winnow.errors import ConfigError
+from workers.transport import Client, KafkaSettings
+
+ENV_PREFIX = "STREAM_WINNOW"
+LogFormat = Literal["text", "json"]
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***``.
+
+    >>> redact_url("redis://:s3cret@redis:6379/0")
+    'redis://:***@redis:6379/0'
+    >>> redact_url("redis://127.0.0.1:6379")
+    'redis://127.0.0.1:6379'
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+
+
+def default_worker_id() -> str:
+    """Host name and process id: unique per pod and per process on a machine."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Topic names; the defaults are the contract in ``schemas/``."""
+
+    documents: str = "documents"
+    labels: str = "labels"
+    decisions: str = "decisions"
+    dead_letters: str = "dead-letters"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything one worker process needs; see ``stream-winnow worker --help`` for each setting."""
+
+    kafka: KafkaSettings
+    redis_url: str = field(repr=False)
+    model: str = "default"
+    kafka_client: Client = "kafka-python"
+    group_id: str = "stream-winnow"
+    topics: Topics = field(default_factory=Topics)
+    # One batch = one Redis read round trip for scoring; 500 keeps a batch under ~50 ms of work.
+    batch_max_docs: int = 500
+    # How long a poll waits for the first record; bounds SIGTERM response and idle CPU.
+    poll_timeout_ms: int = 500
+    limits: CodecLimits = field(default_factory=CodecLimits)
+    # Learner used when the model does not exist yet (an existing model keeps its own).
+    learner: str = "balanced-winnow"
+    shards: int = 16
+    # Labelled events without tokens look the document up here; a day covers a newsroom's edit cycle.
+    document_cache_ttl_s: int = 86_400
+    # A worker may score with weights at most this old (0: read Redis for every batch).
+    max_staleness_ms: int = 0
+    http_port: int = 9400
+    log_format: LogFormat = "text"
+    log_level: str = "INFO"
+    worker_id: str = field(default_factory=default_worker_id)
+    # Back-off between retries when Redis or the broker is down: starts here, doubles, caps at max.
+    retry_initial_ms: int = 200
+    retry_max_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name in ("batch_max_docs", "poll_timeout_ms", "shards", "document_cache_ttl_s", "retry_initial_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive; got {getattr(self, name)}")
+        if self.max_staleness_ms < 0:
+            raise ConfigError(f"max_staleness_ms must be >= 0; got {self.max_staleness_ms}")
+        if not self.model or any(c in self.model for c in "{}: "):
+            raise ConfigError(f"model name must be non-empty without braces, colons or spaces; got {self.model!r}")
+        if not urlsplit(self.redis_url).scheme.startswith("redis"):
+            raise ConfigError(f"redis_url must start with redis:// or rediss://; got {redact_url(self.redis_url)}")
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr
+        )
+        return f"WorkerConfig({shown}, redis_url={redact_url(self.redis_url)!r})"

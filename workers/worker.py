@@ -1,0 +1,313 @@
+"""The worker: consume documents and labelled events, score against Redis, emit decisions, learn from mistakes.
+
+One loop, one batch at a time::
+
+    poll ─► decode (bad → dead-letters) ─► cache tokens ─► score unlabelled docs (ONE weight read)
+         ─► labelled docs and events, in order: predict, learn (atomic, idempotent per event_id)
+         ─► produce decisions ─► flush (broker acks) ─► commit offsets
+
+Offsets are committed only after the broker acknowledged every decision and
+dead letter of the batch and every update was applied, so a crash repeats at
+most the last batch: at-least-once decisions, exactly-once updates (by
+``event_id``). A labelled document's event id is ``doc:<id>``.
+
+When Redis or the broker fails, the worker logs it, backs off (doubling, capped)
+and retries the same batch; it never advances offsets past unfinished work.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+
+from stream_winnow.codec import (
+    DeadLetter,
+    Decision,
+    DocumentMessage,
+    LabelledEvent,
+    decode_document,
+    decode_labelled_event,
+    encode_dead_letter,
+    encode_decision,
+)
+from stream_winnow.document_cache import DocumentCache
+from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, TransportError
+from stream_winnow.learners.base import Learner
+from workers.config import WorkerConfig
+from workers.metrics import WorkerMetrics
+from workers.transport import Consumer, Producer, Record, next_offsets
+
+log = logging.getLogger("stream_winnow.worker")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class WorkerState:
+    """What the health endpoints report."""
+
+    started: float = field(default_factory=time.monotonic)
+    last_loop: float = field(default_factory=time.monotonic)
+    assigned: set[tuple[str, int]] = field(default_factory=set)
+    broker_ok: bool = False
+    redis_ok: bool = False
+
+    def alive(self, stall_s: float) -> bool:
+        return time.monotonic() - self.last_loop < stall_s
+
+    def ready(self) -> bool:
+        return self.broker_ok and self.redis_ok and bool(self.assigned)
+
+
+@dataclass(frozen=True)
+class _Labelled:
+    """A learning item: a labelled document (also decided) or a labelled event."""
+
+    record: Record
+    event_id: str
+    document_id: str
+    labels: tuple[str, ...]
+    tokens: tuple[str, ...] | None
+    decide: bool
+    ts_ms: int | None
+
+
+class Worker:
+    """Wires a consumer, a producer, a learner over a Redis store and a document cache."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        consumer: Consumer,
+        producer: Producer,
+        learner: Learner,
+        cache: DocumentCache,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.consumer = consumer
+        self.producer = producer
+        self.learner = learner
+        self.cache = cache
+        self.metrics = metrics or WorkerMetrics()
+        self.state = WorkerState()
+        self._stop = threading.Event()
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the loop to finish its batch, commit and leave the group."""
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            log.info("signal %s: finishing the batch, committing, leaving the group", signal.Signals(signum).name)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def run(self) -> None:
+        topics = [self.config.topics.documents, self.config.topics.labels]
+        self.consumer.subscribe(
+            topics, self.config.group_id, on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        log.info(
+            "worker %s joined group %s on %s (model %s, learner %s)",
+            self.config.worker_id, self.config.group_id, topics, self.config.model, self.learner.name,
+        )  # fmt: skip
+        try:
+            while not self._stop.is_set():
+                self.state.last_loop = time.monotonic()
+                records = self._poll()
+                if records:
+                    self._process_with_retry(records)
+        finally:
+            self._close()
+
+    def _on_assign(self, partitions: set[tuple[str, int]]) -> None:
+        self.state.assigned |= partitions
+        log.info("assigned %s", sorted(partitions))
+
+    def _on_revoke(self, partitions: set[tuple[str, int]]) -> None:
+        self.state.assigned -= partitions
+        log.info("revoked %s", sorted(partitions))
+
+    def _close(self) -> None:
+        for what, close in (("producer", self.producer.close), ("consumer", self.consumer.close)):
+            try:
+                close()
+            except Exception as error:  # noqa: BLE001 - closing must not hide the reason we stop
+                log.warning("closing the %s failed: %s", what, error)
+        log.info("worker %s stopped", self.config.worker_id)
+
+    def _poll(self) -> list[Record]:
+        try:
+            records = self.consumer.poll_batch(self.config.batch_max_docs, self.config.poll_timeout_ms)
+        except TransportError as error:
+            self.state.broker_ok = False
+            log.warning("polling the broker failed: %s; retrying", error)
+            self._stop.wait(self.config.retry_initial_ms / 1000)
+            return []
+        self.state.broker_ok = True
+        return records
+
+    def _process_with_retry(self, records: list[Record]) -> None:
+        delay_ms = self.config.retry_initial_ms
+        while True:
+            try:
+                started = time.perf_counter()
+                self.process(records)
+                self.metrics.batch_seconds.observe(time.perf_counter() - started)
+                self.metrics.batch_size.observe(len(records))
+                return
+            except ServiceUnavailable as error:
+                service = "redis" if isinstance(error, StoreError) else "broker"
+                if service == "redis":
+                    self.state.redis_ok = False
+                else:
+                    self.state.broker_ok = False
+                self.metrics.retries.labels(service).inc()
+                first = records[0]
+                log.warning(
+                    "%s unavailable (%s); batch of %d from %s[%d]@%d not committed, retrying in %d ms",
+                    service, error, len(records), first.topic, first.partition, first.offset, delay_ms,
+                )  # fmt: skip
+                if self._stop.wait(delay_ms / 1000):
+                    log.info("stopping with the batch unfinished; it will be redelivered")
+                    return
+                delay_ms = min(delay_ms * 2, self.config.retry_max_ms)
+
+    # -- one batch ------------------------------------------------------------------------------------
+    def process(self, records: Sequence[Record]) -> None:
+        """Decide, learn, produce, flush and commit one batch (raises ServiceUnavailable to retry it)."""
+        topics = self.config.topics
+        limits = self.config.limits
+        unlabelled: list[tuple[Record, DocumentMessage]] = []
+        labelled: list[_Labelled] = []
+        to_cache: dict[str, tuple[str, ...]] = {}
+        for record in records:
+            try:
+                if record.topic == topics.documents:
+                    document = decode_document(record.value, limits)
+                    to_cache[document.id] = document.tokens
+                    if document.labels is None:
+                        unlabelled.append((record, document))
+                    else:
+                        labelled.append(
+                            _Labelled(record, f"doc:{document.id}", document.id, document.labels,
+                                      document.tokens, True, document.ts_ms)
+                        )  # fmt: skip
+                elif record.topic == topics.labels:
+                    event = decode_labelled_event(record.value, limits)
+                    labelled.append(_labelled_event(record, event))
+                else:
+                    self._dead_letter(record, "unknown-topic", f"the worker does not read topic {record.topic!r}")
+            except CodecError as error:
+                self._dead_letter(record, error.code, error.detail)
+        self.cache.put_many(to_cache)
+        self.state.redis_ok = True
+        self._decide_unlabelled(unlabelled)
+        self._learn(labelled)
+        self.producer.flush()
+        self.consumer.commit(next_offsets(records))
+        self.state.broker_ok = True
+
+    def _decide_unlabelled(self, items: list[tuple[Record, DocumentMessage]]) -> None:
+        if not items:
+            return
+        learner = self.learner
+        batch = learner.featurizer.transform_many([document.tokens for _, document in items])
+        started = time.perf_counter()
+        margins = learner.margins_many(batch)
+        version = learner.store.version
+        self.metrics.redis_seconds.observe(time.perf_counter() - started)
+        self.metrics.model_version.set(version)
+        names = learner.store.categories()
+        for (_, document), row in zip(items, margins, strict=True):
+            self._send_decision(document.id, learner.decide(row), names, row, version, document.ts_ms)
+        self.metrics.documents.inc(len(items))
+
+    def _learn(self, items: list[_Labelled]) -> None:
+        if not items:
+            return
+        learner = self.learner
+        missing = [item.document_id for item in items if item.tokens is None]
+        cached = self.cache.get_many(missing) if missing else {}
+        for item in items:
+            tokens = item.tokens if item.tokens is not None else cached.get(item.document_id)
+            if tokens is None:
+                self._dead_letter(
+                    item.record,
+                    "document-not-cached",
+                    f"labelled event {item.event_id!r}: document {item.document_id!r} is not in the document "
+                    f"cache (expired after {self.config.document_cache_ttl_s} s, or never seen); resend the "
+                    "event with its tokens",
+                )
+                continue
+            vector = learner.transform(tokens)
+            learner.store.ensure_categories(list(item.labels))
+            margins = learner.margins(vector)
+            if item.decide:
+                version = learner.store.version
+                self._send_decision(
+                    item.document_id, learner.decide(margins), learner.store.categories(), margins, version, item.ts_ms
+                )
+                self.metrics.documents.inc()
+            updates, outcome = learner.updates_for(vector, item.labels, margins)
+            self.metrics.labelled.inc()
+            for category in outcome.promoted + outcome.demoted:
+                self.metrics.mistakes.labels(category).inc()
+            if updates:
+                if learner.store.apply(updates, event_id=item.event_id):
+                    self.metrics.updates.inc()
+                else:
+                    self.metrics.duplicates.inc()
+
+    def _send_decision(
+        self,
+        document_id: str,
+        categories: tuple[str, ...],
+        names: Sequence[str],
+        margins: object,
+        version: int,
+        ts_ms: int | None,
+    ) -> None:
+        scores = {name: round(float(m), 6) for name, m in zip(names, margins, strict=False)}  # type: ignore[call-overload]
+        decision = Decision(
+            id=document_id,
+            categories=categories,
+            scores=scores,
+            model_version=version,
+            model=self.config.model,
+            worker=self.config.worker_id,
+            ts_ms=ts_ms,
+            decided_ts_ms=now_ms(),
+        )
+        self.producer.send(self.config.topics.decisions, encode_decision(decision), key=document_id.encode())
+        self.metrics.decisions.inc()
+
+    def _dead_letter(self, record: Record, reason: str, detail: str) -> None:
+        letter = DeadLetter(
+            reason=reason,
+            detail=detail,
+            source_topic=record.topic,
+            source_partition=record.partition,
+            source_offset=record.offset,
+            original=record.value,
+            ts_ms=now_ms(),
+            worker=self.config.worker_id,
+        )
+        self.producer.send(self.config.topics.dead_letters, encode_dead_letter(letter), key=record.key)
+        self.metrics.dead_letters.labels(reason).inc()
+        log.warning("dead letter from %s[%d]@%d: %s: %s", record.topic, record.partition, record.offset, reason, detail)
+
+
+def _labelled_event(record: Record, event: LabelledEvent) -> _Labelled:
+    return _Labelled(record, event.event_id, event.id, event.labels, event.tokens, False, event.ts_ms)
