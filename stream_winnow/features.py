@@ -187,6 +187,7 @@ class Featurizer:
         n = len(token_lists)
         if len(self._local) > self.max_cached_tokens:
             self._local, self._ids = {}, []
+            self._id_array = np.zeros(0, dtype=np.int64)
         flat = list(chain.from_iterable(token_lists))
         unseen = set(flat).difference(self._local)
         for token in unseen:

@@ -21,6 +21,7 @@ from stream_winnow.features import FeatureBatch
 from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import KEEP_TABLE, DiscardReport, MistakeDriven
+from stream_winnow.learners.naive_bayes import NaiveBayes
 from stream_winnow.stores.memory import MemoryStore
 
 
@@ -59,7 +60,7 @@ class TrainingReport:
 def estimate_d(learner: Learner, batch: FeatureBatch) -> None:
     """Fix the paper's d (mean total strength) from ``batch`` when the learner has none yet."""
     if isinstance(learner, MistakeDriven) and learner.d is None and len(batch):
-        learner.set_d(float(batch.strengths.sum()) / len(batch))
+        learner.set_d(max(float(batch.strengths.sum()) / len(batch), 1e-9))
 
 
 def fit(
@@ -102,6 +103,10 @@ def fit(
             assert isinstance(learner, MistakeDriven)
             born = compiled.first_positions(labels, order, known) if number == 0 else {}
             count, _ = compiled.run(learner, stream, order=order, new_categories=born)
+        elif isinstance(learner, NaiveBayes):
+            for i in order.tolist():
+                learner.count_one(vectors[i], labels[i])
+            count = 0
         else:
             count = sum(learner.learn_one(vectors[i], labels[i]).mistake for i in order.tolist())
         mistakes.append(count)
@@ -115,7 +120,7 @@ def fit(
             and isinstance(learner, MistakeDriven)
             and count < config.discard_below_mistakes
         ):
-            discard = learner.discard()
+            discard = learner.discard(batch.ids)
         if count == 0:
             break
     if average is not None:

@@ -5,7 +5,7 @@ reference and the path every other store takes; this module runs the very same
 arithmetic over a whole stream in one numba-compiled call, because a
 prequential run is sequential (each prediction depends on every earlier
 update) and a per-document Python loop pays about 40 numpy calls a document.
-``tests/test_kernels.py`` checks both paths give the same margins and weights.
+``tests/test_compiled.py`` checks both paths give the same margins and weights.
 
 Inputs are CSR-like: document ``i`` has store rows ``rows[indptr[i]:indptr[i+1]]``
 with ``strengths`` alike, and true category columns

@@ -159,10 +159,19 @@ class MistakeDriven(Learner):
         updates += self.bookkeeping(outcome.promoted + outcome.demoted)
         return updates, outcome
 
-    def discard(self) -> DiscardReport:
-        """Switch off every stored feature whose weights never moved more than one step (§4.4)."""
+    def discard(self, candidates: np.ndarray | None = None) -> DiscardReport:
+        """Switch off every feature whose weights never moved more than one step (§4.4).
+
+        ``candidates`` (e.g. the training vocabulary) are examined whether or not the
+        store holds a row for them; without it, the stored rows are.
+        """
         examined = discarded = 0
-        for ids, values in list(self.store.iter_rows()):
+        if candidates is None:
+            chunks = list(self.store.iter_rows())
+        else:
+            ids = np.unique(candidates)
+            chunks = [(ids[i : i + 10_000], self.store.read(ids[i : i + 10_000])) for i in range(0, len(ids), 10_000)]
+        for ids, values in chunks:
             live = values[KEEP_TABLE][:, 0] > 0
             drop = live & self.discardable(values)
             examined += int(live.sum())

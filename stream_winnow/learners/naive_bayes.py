@@ -61,6 +61,16 @@ class NaiveBayes(Learner):
     def default_features(cls) -> FeatureConfig:
         return FeatureConfig(strength="count")
 
+    def count_one(self, vector: FeatureVector, labels: Collection[str]) -> None:
+        """Learn from a document without predicting it first (training needs no mistakes, only counts).
+
+        For Bernoulli NB a prediction scans the vocabulary, so this is what keeps ``fit`` linear.
+        """
+        names = list(labels)
+        self.store.ensure_categories(names)
+        updates, _ = self.updates_for(vector, labels, margins=np.zeros(len(self.store.categories())))
+        self.store.apply(updates)
+
     def table_specs(self) -> list[TableSpec]:
         return [
             TableSpec("counts", 0.0, bounds=_COUNT_BOUNDS),
@@ -99,7 +109,7 @@ class NaiveBayes(Learner):
         self, vector: FeatureVector, labels: Collection[str], margins: np.ndarray | None = None
     ) -> tuple[list[Update], LearnOutcome]:
         truth = self.label_vector(labels)
-        if margins is None:
+        if margins is None or len(margins) != len(truth):
             margins = self.margins(vector)
         predicted = np.zeros_like(truth)
         predicted[: len(margins)] = margins > 0
@@ -167,7 +177,7 @@ class BernoulliNB(NaiveBayes):
         store: WeightStore | None = None,
     ) -> None:
         super().__init__(smoothing, mode=mode, features=features, store=store)
-        self._absent_cache: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._absent_cache: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def default_features(cls) -> FeatureConfig:
@@ -178,7 +188,7 @@ class BernoulliNB(NaiveBayes):
 
     def _log_absent_sums(self, n_c: np.ndarray, n: float) -> tuple[np.ndarray, np.ndarray]:
         """Sum over the vocabulary of log(1 - P(t|c)) and of log(1 - P(t|not c))."""
-        version = self.store.version
+        version = (self.store.version, len(n_c))
         if self._absent_cache is not None and self._absent_cache[0] == version:
             return self._absent_cache[1], self._absent_cache[2]
         k = self.smoothing

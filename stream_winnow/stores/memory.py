@@ -133,7 +133,8 @@ class MemoryStore(WeightStore):
                 block += update.add
             np.clip(block, spec.bounds.low, spec.bounds.high, out=block)
             self._array[index] = block
-        self._version += 1
+        if updates:  # an empty apply only records its event id
+            self._version += 1
         return True
 
     def counters(self, name: str) -> dict[str, float]:
@@ -149,6 +150,8 @@ class MemoryStore(WeightStore):
             self._row_ids[row] = 0
             self._free_rows.append(row)
             deleted += 1
+        if deleted:
+            self._version += 1
         return deleted
 
     def iter_rows(self, chunk_rows: int = 10_000) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
