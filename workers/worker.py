@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType
 
 from stream_winnow.codec import (
@@ -264,11 +264,11 @@ class Worker:
             self.metrics.labelled.inc()
             for category in outcome.promoted + outcome.demoted:
                 self.metrics.mistakes.labels(category).inc()
-            if updates:
-                if learner.store.apply(updates, event_id=item.event_id):
-                    self.metrics.updates.inc()
-                else:
-                    self.metrics.duplicates.inc()
+            # Applied even when empty: the event id is recorded, so a redelivery changes nothing later.
+            if learner.store.apply(updates, event_id=item.event_id):
+                self.metrics.updates.inc(bool(updates))
+            else:
+                self.metrics.duplicates.inc()
 
     def _send_decision(
         self,
@@ -304,7 +304,13 @@ class Worker:
             ts_ms=now_ms(),
             worker=self.config.worker_id,
         )
-        self.producer.send(self.config.topics.dead_letters, encode_dead_letter(letter), key=record.key)
+        try:
+            encoded = encode_dead_letter(letter)
+        except CodecError:  # the original is too large to carry whole: keep its head, say so
+            keep = self.config.limits.max_message_bytes // 2
+            letter = replace(letter, original=record.value[:keep], detail=f"{detail} (original cut to {keep} bytes)")
+            encoded = encode_dead_letter(letter, self.config.limits)
+        self.producer.send(self.config.topics.dead_letters, encoded, key=record.key)
         self.metrics.dead_letters.labels(reason).inc()
         log.warning("dead letter from %s[%d]@%d: %s: %s", record.topic, record.partition, record.offset, reason, detail)
 

@@ -104,6 +104,9 @@ class WeightStore(ABC):
     def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
         """Apply all ``updates`` (rows and counters) at once and bump the version.
 
+        With no updates and an ``event_id``, only record the event (no new version), so
+        a redelivered event that first changed nothing is recognised and skipped too.
+
         With an ``event_id`` already applied, change nothing and return False
         (a redelivered labelled event must not move the weights twice).
         """

@@ -25,8 +25,11 @@ so one Lua script updates a shard atomically; model-level keys share ``{<model>}
 script on the model keys (counters, version). Each script first sets its own
 applied-marker for the event (``SET NX EX``) and changes nothing if it was already
 set, so an event redelivered after a crash between scripts completes exactly once.
-An ``apply`` without an event id gets a fresh one (with a short TTL), which makes
-redis-py's automatic retry of a timed-out pipeline harmless too.
+An event applied in full (its model-level marker set) touches no shard, even when its
+recomputed updates now reach other shards: on a single node every shard script checks
+that marker, on a Cluster one ``EXISTS`` before the shard scripts does. An ``apply``
+without an event id gets a fresh one (short TTL), which makes redis-py's automatic
+retry of a timed-out pipeline harmless too.
 
 Values are stored as float32 and every read returns float64 arrays of the stored
 float32 values (within 6e-8 relative of what ``MemoryStore`` holds per update).
@@ -40,6 +43,8 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from itertools import repeat
+from operator import is_not
 from typing import Any
 
 import msgpack
@@ -73,11 +78,13 @@ _LAYOUT_ERROR = "SWLAYOUT"
 # Redis errors that retrying later can fix (the rest are bugs and propagate as they are).
 _RETRIABLE_REPLIES = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
 
-# KEYS[1] shard row count, KEYS[2] the event's marker in this shard, KEYS[3..] feature rows.
+# KEYS[1] shard row count, KEYS[2] the event's marker in this shard, KEYS[3] the event's model-level marker
+# (checked only on a single node, ARGV[4] == '1'), KEYS[4..] feature rows.
 # ARGV[1] marker TTL (s), ARGV[2] msgpack {G, T, width, initial globals, initial per-category, ops},
 # ARGV[3] the initial row (packed float32, width floats) used to pad short rows.
 # op = {key indices, float positions, multiply (per position, or empty), add (k*m row-major, or empty), low, high}
 _APPLY_SHARD_LUA = """
+if ARGV[4] == '1' and redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
 if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then return -1 end
 local plan = cmsgpack.unpack(ARGV[2])
 local G, T, width, init_g, init_t, ops = plan[1], plan[2], plan[3], plan[4], plan[5], plan[6]
@@ -158,6 +165,8 @@ return created
 _APPLY_META_LUA = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
 local plan = cmsgpack.unpack(ARGV[2])
+-- An event that changed nothing is only marked (so a redelivery is recognised), not counted as a version.
+if ARGV[3] == '1' then return -1 end
 for i, amounts in ipairs(plan) do
   for j = 1, #amounts, 2 do redis.call('HINCRBYFLOAT', KEYS[i + 2], amounts[j], amounts[j + 1]) end
 end
@@ -305,9 +314,7 @@ class RedisStore(WeightStore):
                 client = RedisCluster.from_url(url, **redis_kwargs)
             else:
                 client = redis.Redis.from_url(url, **redis_kwargs)
-        return cls(
-            client, model, tables, shards, event_ttl_s, categories_max_staleness_ms=categories_max_staleness_ms
-        )
+        return cls(client, model, tables, shards, event_ttl_s, categories_max_staleness_ms=categories_max_staleness_ms)
 
     def __repr__(self) -> str:
         return (
@@ -348,9 +355,7 @@ class RedisStore(WeightStore):
     def categories(self) -> tuple[str, ...]:
         staleness_s = self.categories_max_staleness_ms / 1000.0
         if not staleness_s or time.monotonic() - self._categories_checked > staleness_s:
-            with _store_errors("reading categories"):
-                tail = self.client.lrange(self._categories_key, len(self._categories), -1)
-            self._extend_categories(tail)
+            self._refresh_now()  # the list only grows: fetch its new tail
         return self._categories_tuple
 
     def known_categories(self) -> tuple[str, ...]:
@@ -400,7 +405,8 @@ class RedisStore(WeightStore):
                     groups.setdefault(s, []).append(i)
                 pipe = self.client.pipeline()
                 for members in groups.values():
-                    pipe.execute_command("MGET", *[keys[i] for i in members])
+                    group_keys = [keys[i] for i in members]
+                    pipe.execute_command("MGET", *group_keys, **self._route(group_keys[0]))
                 pipe.llen(self._categories_key)
                 *replies, n_categories = pipe.execute()
                 for members, values in zip(groups.values(), replies, strict=True):
@@ -424,17 +430,21 @@ class RedisStore(WeightStore):
         """Rows (None: not stored) as a float64 block (len(rows), G + C*T) for the known categories C."""
         n_categories = len(self._categories)
         width = self._g + n_categories * self._t
-        block = np.empty((len(rows), width))
+        n = len(rows)
+        if n and None not in rows and width and {len(row) for row in rows} == {4 * width}:  # type: ignore[arg-type]
+            # The hot case: every row stored, at the current width. One join, one conversion.
+            packed = b"".join(rows)  # type: ignore[arg-type]
+            return np.frombuffer(packed, dtype="<f4").reshape(n, width).astype(np.float64)
+        block = np.empty((n, width))
         block[:] = self._initial_row(n_categories)
-        present = [i for i, row in enumerate(rows) if row is not None]
-        if not present:
+        present = np.flatnonzero(np.fromiter(map(is_not, rows, repeat(None)), dtype=bool, count=n))
+        if not len(present) or not width:
             return block
-        values: list[bytes] = [rows[i] for i in present]  # type: ignore[misc]
-        full = 4 * width
-        if all(len(v) == full for v in values):
+        values: list[bytes] = [rows[i] for i in present.tolist()]  # type: ignore[misc]
+        if {len(v) for v in values} == {4 * width}:
             block[present] = np.frombuffer(b"".join(values), dtype="<f4").reshape(len(values), width)
         else:  # rows written before categories were added (short) or after (long)
-            for i, value in zip(present, values, strict=True):
+            for i, value in zip(present.tolist(), values, strict=True):
                 stored = np.frombuffer(value, dtype="<f4", count=min(len(value) // 4, width))
                 block[i, : len(stored)] = stored
         return block
@@ -514,7 +524,7 @@ class RedisStore(WeightStore):
                     row_key = self._shard_prefix[s] + b"f:%d" % id_list[i]
                     index = known.get(row_key)
                     if index is None:
-                        index = known[row_key] = len(known) + 3  # KEYS[1] count, KEYS[2] marker
+                        index = known[row_key] = len(known) + 4  # after count, shard marker, model marker
                     indices.append(index)
                 add_list = [] if add is None else add[members].ravel().tolist()
                 shard_ops.setdefault(s, []).append([indices, positions, mul_list, add_list, low, high])
@@ -523,13 +533,20 @@ class RedisStore(WeightStore):
         template = self._initial_row(n_categories).astype("<f4").tobytes()
         initial_g = [float(s.initial) for s in self._globals]
         initial_t = [float(s.initial) for s in self._per_category]
+        meta_marker = (self._meta_prefix + "ev:" + event).encode()
+        # On a single node each shard script also checks the model-level marker (an event fully applied
+        # before, with other updates, must not touch new shards); a Cluster checks it beforehand instead.
+        guard = "0" if self.is_cluster or event_id is None else "1"
         shard_calls: list[tuple[list[bytes], list[Any]]] = []
         for s, ops in shard_ops.items():
             plan = msgpack.packb([self._g, self._t, width, initial_g, initial_t, ops])
-            shard_calls.append(([self._count_keys[s], self._shard_prefix[s] + marker, *shard_keys[s]], [ttl, plan, template]))
-        meta_keys: list[Any] = [self._meta_prefix + "ev:" + event, self._version_key]
+            shard_marker = self._shard_prefix[s] + marker
+            keys = [self._count_keys[s], shard_marker, shard_marker if self.is_cluster else meta_marker]
+            shard_calls.append(([*keys, *shard_keys[s]], [ttl, plan, template, guard]))
+        meta_keys: list[Any] = [meta_marker, self._version_key]
         meta_keys += [self._meta_prefix + "counter:" + name for name in counters]
-        meta_call = (meta_keys, [ttl, msgpack.packb(list(counters.values()))])
+        # ARGV[3] "1": the apply has no updates at all; the event is only marked.
+        meta_call = (meta_keys, [ttl, msgpack.packb(list(counters.values())), "0" if updates else "1"])
         return shard_calls, meta_call
 
     def _run_scripts(self, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
@@ -540,7 +557,7 @@ class RedisStore(WeightStore):
             pipe = self.client.pipeline(transaction=False) if not self.is_cluster else self.client.pipeline()
             for i in pending:
                 keys, args = calls[i]
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, **self._route(keys[0]))
             replies = pipe.execute(raise_on_error=False)
             missing = []
             for i, reply in zip(pending, replies, strict=True):
@@ -556,10 +573,27 @@ class RedisStore(WeightStore):
             pending = missing
         raise StoreError("Redis keeps forgetting the store's scripts (SCRIPT FLUSH in a loop?)")
 
+    def _route(self, key: bytes) -> dict[str, Any]:
+        """On a Cluster, the node of ``key`` (all keys of a command share its hash tag) for a pipelined command.
+
+        Without it redis-py 8's cluster pipeline asks the server (COMMAND GETKEYS) which keys an EVALSHA
+        has, one extra round trip per script call, and hashes every key of an MGET; a MOVED reply still
+        reroutes by key.
+        """
+        if isinstance(self.client, RedisCluster):
+            return {"target_nodes": self.client.get_node_from_key(key)}
+        return {}
+
+    def _exists(self, key: bytes) -> bool:
+        # RedisCluster.exists splits its keys by slot through a pipeline: one plain command is cheaper.
+        return bool(self.client.execute_command("EXISTS", key))
+
     def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
         """Apply ``updates`` atomically per shard and exactly once per ``event_id``; False if already applied."""
         shard_calls, (meta_keys, meta_args) = self._plan(updates, event_id)
         with _store_errors("applying updates"):
+            if self.is_cluster and event_id is not None and shard_calls and self._exists(meta_keys[0]):
+                return False  # applied in full before (its updates may differ now: skip every shard)
             if shard_calls:
                 self._run_scripts(self._apply_shard, shard_calls)
             # Only after every shard answered: the model-level marker means "all of it is in".
@@ -580,7 +614,9 @@ class RedisStore(WeightStore):
         groups: dict[int, list[bytes]] = {}
         for s, key in zip(shards, keys, strict=True):
             groups.setdefault(s, []).append(key)
-        calls: list[tuple[list[bytes], list[Any]]] = [([self._count_keys[s], *members], []) for s, members in groups.items()]
+        calls: list[tuple[list[bytes], list[Any]]] = [
+            ([self._count_keys[s], *members], []) for s, members in groups.items()
+        ]
         with _store_errors("deleting rows"):
             return int(sum(self._run_scripts(self._delete, calls)))
 
