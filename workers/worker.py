@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType
 
+import numpy as np
+
 from stream_winnow.codec import (
     DeadLetter,
     Decision,
@@ -38,6 +40,10 @@ from stream_winnow.codec import (
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, TransportError
 from stream_winnow.learners.base import Learner
+from stream_winnow.learners.mistake_driven import MistakeDriven
+from stream_winnow.learners.registry import describe, from_metadata
+from stream_winnow.stores.base import Update
+from stream_winnow.stores.memory import MemoryStore
 from workers.config import WorkerConfig
 from workers.metrics import WorkerMetrics
 from workers.transport import Consumer, Producer, Record, next_offsets
@@ -99,6 +105,8 @@ class Worker:
         self.metrics = metrics or WorkerMetrics()
         self.state = WorkerState()
         self._stop = threading.Event()
+        # The model's settings, to build the batch-local learner like the shared one.
+        self._learner_spec = describe(learner)
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -235,11 +243,13 @@ class Worker:
         self.metrics.documents.inc(len(items))
 
     def _learn(self, items: list[_Labelled]) -> None:
+        """Learn from labelled documents and events in order; each is applied once (by event id)."""
         if not items:
             return
-        learner = self.learner
+        store = self.learner.store
         missing = [item.document_id for item in items if item.tokens is None]
         cached = self.cache.get_many(missing) if missing else {}
+        resolved: list[tuple[_Labelled, tuple[str, ...]]] = []
         for item in items:
             tokens = item.tokens if item.tokens is not None else cached.get(item.document_id)
             if tokens is None:
@@ -250,21 +260,81 @@ class Worker:
                     f"cache (expired after {self.config.document_cache_ttl_s} s, or never seen); resend the "
                     "event with its tokens",
                 )
-                continue
-            vector = learner.transform(tokens)
-            learner.store.ensure_categories(list(item.labels))
-            margins = learner.margins(vector)
+            else:
+                resolved.append((item, tokens))
+        if not resolved:
+            return
+        store.ensure_categories(sorted({label for item, _ in resolved for label in item.labels}))
+        done = store.applied_events([item.event_id for item, _ in resolved])
+        fresh = [pair for pair, applied in zip(resolved, done, strict=True) if not applied]
+        self.metrics.duplicates.inc(len(resolved) - len(fresh))
+        self.metrics.labelled.inc(len(resolved))
+        if isinstance(self.learner, MistakeDriven):
+            self._learn_batched(self.learner, fresh)
+        else:
+            self._learn_one_by_one(fresh)
+
+    def _learn_batched(self, learner: MistakeDriven, items: list[tuple[_Labelled, tuple[str, ...]]]) -> None:
+        """One read of every feature of the batch, learning in order on a local copy, one write round.
+
+        The local copy sees each update before the next item is scored, so a single worker decides
+        and learns exactly as the in-process learner would; the updates then go to Redis with
+        ``apply_many`` (atomic per shard, once per event id).
+        """
+        if not items:
+            return
+        store = learner.store
+        batch = learner.featurizer.transform_many([tokens for _, tokens in items])
+        unique = np.unique(batch.ids)
+        started = time.perf_counter()
+        values = store.read(unique)
+        version = store.version
+        self.metrics.redis_seconds.observe(time.perf_counter() - started)
+        local_store = MemoryStore(learner.table_specs())
+        local_store.ensure_categories(store.categories())
+        local_store.load_rows(unique, values)
+        local = from_metadata(self._learner_spec, store=local_store)
+        assert isinstance(local, MistakeDriven)
+        local.featurizer = learner.featurizer
+        if learner.d is not None:
+            local.set_d(learner.d)
+        names = store.categories()
+        pending: list[tuple[Sequence[Update], str | None]] = []
+        for i, (item, _) in enumerate(items):
+            vector = batch.vector(i)
+            margins = local.margins(vector)
             if item.decide:
-                version = learner.store.version
                 self._send_decision(
-                    item.document_id, learner.decide(margins), learner.store.categories(), margins, version, item.ts_ms
+                    item.document_id, local.decide(margins), names, margins, version + local_store.version, item.ts_ms
                 )
                 self.metrics.documents.inc()
-            updates, outcome = learner.updates_for(vector, item.labels, margins)
-            self.metrics.labelled.inc()
+            updates, outcome = local.updates_for(vector, item.labels, margins)
+            if updates:
+                local_store.apply(updates)
             for category in outcome.promoted + outcome.demoted:
                 self.metrics.mistakes.labels(category).inc()
             # Applied even when empty: the event id is recorded, so a redelivery changes nothing later.
+            pending.append((updates, item.event_id))
+        if learner.d is None and local.d is not None:
+            learner.set_d(local.d)
+        applied = store.apply_many(pending)
+        self.metrics.updates.inc(sum(1 for (updates, _), ok in zip(pending, applied, strict=True) if ok and updates))
+        self.metrics.duplicates.inc(applied.count(False))
+
+    def _learn_one_by_one(self, items: list[tuple[_Labelled, tuple[str, ...]]]) -> None:
+        """Naive Bayes (its scores need model-wide counts): predict and learn each item against Redis."""
+        learner = self.learner
+        for item, tokens in items:
+            vector = learner.transform(tokens)
+            margins = learner.margins(vector)
+            if item.decide:
+                version = learner.store.version
+                names = learner.store.categories()
+                self._send_decision(item.document_id, learner.decide(margins), names, margins, version, item.ts_ms)
+                self.metrics.documents.inc()
+            updates, outcome = learner.updates_for(vector, item.labels, margins)
+            for category in outcome.promoted + outcome.demoted:
+                self.metrics.mistakes.labels(category).inc()
             if learner.store.apply(updates, event_id=item.event_id):
                 self.metrics.updates.inc(bool(updates))
             else:

@@ -111,6 +111,14 @@ class WeightStore(ABC):
         (a redelivered labelled event must not move the weights twice).
         """
 
+    def apply_many(self, batch: Sequence[tuple[Sequence[Update], str | None]]) -> list[bool]:
+        """``apply`` for each (updates, event_id) in order; stores may do it in fewer round trips."""
+        return [self.apply(updates, event_id) for updates, event_id in batch]
+
+    @abstractmethod
+    def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
+        """For each event id, whether an ``apply`` with it has completed."""
+
     @abstractmethod
     def counters(self, name: str) -> dict[str, float]:
         """The counter ``name``: value per key (category name or ``"*"``); absent keys are 0."""

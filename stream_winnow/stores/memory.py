@@ -137,6 +137,16 @@ class MemoryStore(WeightStore):
             self._version += 1
         return True
 
+    def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
+        return [e in self._applied_events for e in event_ids]
+
+    def load_rows(self, feature_ids: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
+        """Set the rows of ``feature_ids`` to ``values`` (per table, as ``read`` returns them)."""
+        rows = self._allocate(feature_ids)
+        for name, block in values.items():
+            start = self._offsets[name]
+            self._array[rows, start : start + block.shape[1]] = block
+
     def counters(self, name: str) -> dict[str, float]:
         return dict(self._counters.get(name, {}))
 

@@ -588,6 +588,37 @@ class RedisStore(WeightStore):
         # RedisCluster.exists splits its keys by slot through a pipeline: one plain command is cheaper.
         return bool(self.client.execute_command("EXISTS", key))
 
+    def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
+        if not event_ids:
+            return []
+        keys = [(self._meta_prefix + "ev:" + e).encode() for e in event_ids]
+        with _store_errors("checking applied events"):
+            pipe = self.client.pipeline(transaction=False) if not self.is_cluster else self.client.pipeline()
+            for key in keys:
+                pipe.execute_command("EXISTS", key, **self._route(key))
+            return [bool(n) for n in pipe.execute()]
+
+    def apply_many(self, batch: Sequence[tuple[Sequence[Update], str | None]]) -> list[bool]:
+        """Every (updates, event_id) of a worker's batch in two round trips: all shard scripts, then all metas.
+
+        Scripts for one shard run in the batch's order, so the result equals applying one by one.
+        """
+        if not batch:
+            return []
+        plans = [self._plan(updates, event_id) for updates, event_id in batch]
+        skip = [False] * len(batch)
+        if self.is_cluster:
+            ids = [(i, e) for i, (_, e) in enumerate(batch) if e is not None]
+            for (i, _), done in zip(ids, self.applied_events([e for _, e in ids]), strict=True):
+                skip[i] = done
+        with _store_errors("applying updates"):
+            shard_calls = [call for (calls, _), s in zip(plans, skip, strict=True) if not s for call in calls]
+            if shard_calls:
+                self._run_scripts(self._apply_shard, shard_calls)
+            metas = [meta for (_, meta), s in zip(plans, skip, strict=True) if not s]
+            replies = iter(self._run_scripts(self._apply_meta, metas) if metas else [])
+        return [False if s else bool(next(replies)) for s in skip]
+
     def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
         """Apply ``updates`` atomically per shard and exactly once per ``event_id``; False if already applied."""
         shard_calls, (meta_keys, meta_args) = self._plan(updates, event_id)
