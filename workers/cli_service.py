@@ -20,6 +20,7 @@ from stream_winnow.codec import CodecLimits
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.learners import LEARNERS
 from stream_winnow.models import connect, open_learner
+from stream_winnow.stores.cached import CachedStore
 from workers.config import ENV_PREFIX, Topics, WorkerConfig, default_worker_id, redact_url
 from workers.transport import KafkaSettings, make_consumer, make_producer
 
@@ -165,6 +166,8 @@ def run_worker(config: WorkerConfig) -> None:
         try:
             client = connect(config.redis_url)
             learner = open_learner(client, config.model, learner=config.learner, shards=config.shards)
+            if config.max_staleness_ms > 0:
+                learner.store = CachedStore(learner.store, config.max_staleness_ms)
             break
         except StoreError as error:
             log.warning("Redis at %s unavailable (%s); retrying in %.1f s", redact_url(config.redis_url), error,

@@ -43,6 +43,7 @@ from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import MistakeDriven
 from stream_winnow.learners.registry import describe, from_metadata
 from stream_winnow.stores.base import Update
+from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.memory import MemoryStore
 from workers.config import WorkerConfig
 from workers.metrics import WorkerMetrics
@@ -237,6 +238,8 @@ class Worker:
         version = learner.store.version
         self.metrics.redis_seconds.observe(time.perf_counter() - started)
         self.metrics.model_version.set(version)
+        if isinstance(learner.store, CachedStore):
+            self.metrics.staleness.set(learner.store.last_staleness_s)
         names = learner.store.categories()
         for (_, document), row in zip(items, margins, strict=True):
             self._send_decision(document.id, learner.decide(row), names, row, version, document.ts_ms)

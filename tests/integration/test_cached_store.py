@@ -1,0 +1,77 @@
+"""The worker-local weight cache: exact at staleness 0, another worker's update visible within the bound."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from stream_winnow.stores.base import RowUpdate, TableSpec
+from stream_winnow.stores.cached import CachedStore
+from stream_winnow.stores.redis import RedisStore
+
+pytestmark = pytest.mark.integration
+
+TABLES = [TableSpec("positive", 2.0), TableSpec("negative", 1.0)]
+IDS = np.arange(100_000, 100_050, dtype=np.int64)
+
+
+def pair(redis_url: str) -> tuple[RedisStore, RedisStore]:
+    """Two workers' views of one fresh model."""
+    model = f"cache-{uuid.uuid4().hex[:10]}"
+    one = RedisStore.from_url(redis_url, model, TABLES, shards=4)
+    two = RedisStore.from_url(redis_url, model, TABLES, shards=4)
+    one.ensure_categories(["earn", "acq"])
+    two.ensure_categories(["earn", "acq"])
+    return one, two
+
+
+def promote(store: RedisStore | CachedStore, factor: float) -> None:
+    store.apply([RowUpdate("positive", IDS[:10], np.array([0]), np.array([factor]))])
+
+
+def test_staleness_zero_reads_exactly_what_the_store_holds(redis_url: str) -> None:
+    mine, theirs = pair(redis_url)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    for factor in (1.5, 0.5, 1.25):
+        promote(theirs, factor)
+        got, want = cached.read(IDS), mine.read(IDS)
+        for table in want:
+            np.testing.assert_array_equal(got[table], want[table])
+
+
+def test_another_workers_update_is_seen_within_the_bound(redis_url: str) -> None:
+    mine, theirs = pair(redis_url)
+    bound_ms = 400
+    cached = CachedStore(mine, max_staleness_ms=bound_ms)
+    before = cached.read(IDS)["positive"][:10, 0].copy()
+    promote(theirs, 1.5)
+    deadline = time.monotonic() + bound_ms / 1000 + 0.5
+    seen_at = None
+    started = time.monotonic()
+    while time.monotonic() < deadline:
+        if np.allclose(cached.read(IDS)["positive"][:10, 0], before * 1.5):
+            seen_at = time.monotonic() - started
+            break
+        time.sleep(0.02)
+    assert seen_at is not None and seen_at <= bound_ms / 1000 + 0.1
+
+
+def test_rows_are_served_from_memory_while_the_model_does_not_change(redis_url: str) -> None:
+    mine, _ = pair(redis_url)
+    cached = CachedStore(mine, max_staleness_ms=1)
+    cached.read(IDS)
+    time.sleep(0.05)  # older than the bound, but the version has not moved: still current
+    fetched = dict(cached._fetched)
+    cached.read(IDS)
+    assert cached._fetched == fetched
+
+
+def test_own_updates_are_visible_at_once(redis_url: str) -> None:
+    mine, _ = pair(redis_url)
+    cached = CachedStore(mine, max_staleness_ms=60_000)
+    before = cached.read(IDS)["positive"][:10, 0].copy()
+    promote(cached, 2.0)
+    np.testing.assert_allclose(cached.read(IDS)["positive"][:10, 0], before * 2.0, rtol=1e-6)
