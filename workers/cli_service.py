@@ -55,6 +55,9 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for key in ("topic", "partition", "offset", "reason"):
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
         return json.dumps(out)

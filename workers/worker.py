@@ -51,6 +51,9 @@ from workers.transport import Consumer, Producer, Record, next_offsets
 
 log = logging.getLogger("stream_winnow.worker")
 
+# How often the consumer-lag gauges are refreshed (each refresh asks the broker for end offsets).
+LAG_EVERY_S = 5.0
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -106,6 +109,7 @@ class Worker:
         self.metrics = metrics or WorkerMetrics()
         self.state = WorkerState()
         self._stop = threading.Event()
+        self._lag_reported = float("-inf")
         # The model's settings, to build the batch-local learner like the shared one.
         self._learner_spec = describe(learner)
 
@@ -134,6 +138,7 @@ class Worker:
         try:
             while not self._stop.is_set():
                 self.state.last_loop = time.monotonic()
+                self._report_lag()
                 records = self._poll()
                 if records:
                     self._process_with_retry(records)
@@ -155,6 +160,18 @@ class Worker:
             except Exception as error:  # noqa: BLE001 - closing must not hide the reason we stop
                 log.warning("closing the %s failed: %s", what, error)
         log.info("worker %s stopped", self.config.worker_id)
+
+    def _report_lag(self) -> None:
+        """Consumer lag per partition, every ``LAG_EVERY_S`` (it asks the broker for end offsets)."""
+        now = time.monotonic()
+        if now - self._lag_reported < LAG_EVERY_S or not self.state.assigned:
+            return
+        self._lag_reported = now
+        try:
+            for (topic, partition), lag in self.consumer.lag().items():
+                self.metrics.lag.labels(topic, str(partition)).set(lag)
+        except TransportError as error:
+            log.debug("consumer lag unavailable: %s", error)
 
     def _poll(self) -> list[Record]:
         try:
@@ -187,6 +204,7 @@ class Worker:
                 log.warning(
                     "%s unavailable (%s); batch of %d from %s[%d]@%d not committed, retrying in %d ms",
                     service, error, len(records), first.topic, first.partition, first.offset, delay_ms,
+                    extra={"topic": first.topic, "partition": first.partition, "offset": first.offset},
                 )  # fmt: skip
                 if self._stop.wait(delay_ms / 1000):
                     log.info("stopping with the batch unfinished; it will be redelivered")
@@ -385,7 +403,10 @@ class Worker:
             encoded = encode_dead_letter(letter, self.config.limits)
         self.producer.send(self.config.topics.dead_letters, encoded, key=record.key)
         self.metrics.dead_letters.labels(reason).inc()
-        log.warning("dead letter from %s[%d]@%d: %s: %s", record.topic, record.partition, record.offset, reason, detail)
+        log.warning(
+            "dead letter from %s[%d]@%d: %s: %s", record.topic, record.partition, record.offset, reason, detail,
+            extra={"topic": record.topic, "partition": record.partition, "offset": record.offset, "reason": reason},
+        )  # fmt: skip
 
 
 def _labelled_event(record: Record, event: LabelledEvent) -> _Labelled:

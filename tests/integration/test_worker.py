@@ -272,3 +272,40 @@ def test_secrets_never_reach_the_logs(service: Service, tmp_path: Path) -> None:
     assert "starting" in logs
     assert "hunter2-s3cret" not in logs
     assert "kafka-pa55word" not in logs
+
+
+def test_health_readiness_metrics_and_json_logs(service: Service) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+
+    from workers.embedded import free_port
+
+    port = free_port()
+    worker = service.start_worker(STREAM_WINNOW_HTTP_PORT=str(port), STREAM_WINNOW_LOG_FORMAT="json")
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+        except OSError:
+            return 0, ""
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and get("/readyz")[0] != 200:
+        time.sleep(0.5)
+    assert get("/healthz")[0] == 200
+    assert get("/readyz")[0] == 200, service.logs()[-2000:]
+    service.produce("documents", [(b"\xc1", None), (msgpack.packb({"id": "a", "tokens": ["x", "y"]}), None)])
+    service.collect("decisions", lambda m: len(m) >= 1)
+    status, text = get("/metrics")
+    assert status == 200
+    assert "stream_winnow_documents_scored_total 1.0" in text
+    assert 'stream_winnow_dead_letters_total{reason="not-msgpack"} 1.0' in text
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=30)
+    lines = [json.loads(line) for line in service.logs().splitlines() if line.startswith("{")]
+    dead = [line for line in lines if line.get("reason") == "not-msgpack"]
+    assert dead and dead[0]["topic"] == service.topics["documents"] and "offset" in dead[0]
