@@ -2,6 +2,7 @@
 
 - learning in process (``cli_learning``): ``dataset``, ``evaluate``
 - the service (``cli_service``): ``worker``
+- on one machine (``cli_local``): ``up``, ``produce``, ``tail``, ``demo``
 - models in Redis (``cli_model``): ``train``, ``export``, ``import``, ``explain``, ``categories``, ``status``, ``compact``
 """
 
@@ -34,9 +35,9 @@ def main() -> None:
 
 
 def _register() -> None:
-    from workers import cli_learning, cli_model, cli_service
+    from workers import cli_learning, cli_local, cli_model, cli_service
 
-    for command in [*cli_learning.COMMANDS, *cli_service.COMMANDS, *cli_model.COMMANDS]:
+    for command in [*cli_learning.COMMANDS, *cli_service.COMMANDS, *cli_model.COMMANDS, *cli_local.COMMANDS]:
         main.add_command(command)
 
 

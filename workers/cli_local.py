@@ -1,0 +1,386 @@
+"""Subcommands for running the service on one machine: ``up``, ``produce``, ``tail`` and ``demo``.
+
+A session by hand, in three terminals::
+
+    stream-winnow up                      # prints the export lines; paste them into the other terminals
+    stream-winnow worker --http-port 0
+    stream-winnow produce --input docs.jsonl --labels-delay 50
+    stream-winnow tail decisions --from-beginning --timeout-s 10
+
+Connection flags read the same ``STREAM_WINNOW_*`` variables as ``worker``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from stream_winnow.codec import (
+    DocumentMessage,
+    LabelledEvent,
+    decode_dead_letter,
+    decode_decision,
+    encode_document,
+    encode_labelled_event,
+)
+from stream_winnow.documents import LabelledDocument
+from stream_winnow.errors import CodecError, ConfigError, TransportError
+from workers.cli_service import env, option
+from workers.config import Topics
+from workers.demo import (
+    DEFAULT_BROKER_PORT,
+    DEFAULT_REDIS_PORT,
+    DemoConfig,
+    exports,
+    local_services,
+    now_ms,
+    preferred_port,
+    run_demo,
+)
+from workers.transport import KafkaSettings, Producer, make_producer
+
+_TOPIC_DEFAULTS = Topics()
+
+
+def kafka_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Where the broker is and how to authenticate: the same flags and variables as ``worker``."""
+    for decorator in reversed([
+        option("--bootstrap-servers", default="127.0.0.1:9092", show_default=True, help="Kafka host:port[,...]."),
+        option("--security-protocol", type=click.Choice(["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]),
+               default="PLAINTEXT", show_default=True),
+        option("--sasl-mechanism", type=click.Choice(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]), default=None),
+        option("--sasl-username", default=None),
+        option("--sasl-password", default=None, help="Prefer the environment variable; never logged."),
+        option("--ssl-cafile", default=None, type=click.Path(dir_okay=False)),
+    ]):  # fmt: skip
+        command = decorator(command)
+    return command
+
+
+def _kafka_settings(flags: dict[str, Any], client_id: str) -> KafkaSettings:
+    return KafkaSettings(
+        bootstrap_servers=flags.pop("bootstrap_servers"),
+        security_protocol=flags.pop("security_protocol"),
+        sasl_mechanism=flags.pop("sasl_mechanism"),
+        sasl_username=flags.pop("sasl_username"),
+        sasl_password=flags.pop("sasl_password"),
+        ssl_cafile=flags.pop("ssl_cafile"),
+        client_id=client_id,
+    )
+
+
+def _json_line(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# up
+
+
+@click.command("up")
+@click.option("--broker-port", type=click.IntRange(0, 65535), default=None,
+              help=f"Kafka port (0: any free one) [default: {DEFAULT_BROKER_PORT} if free, else any].")
+@click.option("--redis-port", type=click.IntRange(0, 65535), default=None,
+              help=f"Redis port (0: any free one) [default: {DEFAULT_REDIS_PORT} if free, else any].")
+@click.option("--partitions", type=click.IntRange(1, 1024), default=4, show_default=True,
+              help="Partitions of documents, labels and decisions (dead-letters has 1).")
+def up(broker_port: int | None, redis_port: int | None, partitions: int) -> None:
+    """Start a Kafka-protocol broker (Tansu, in memory) and Redis on loopback, without Docker, until Ctrl-C.
+
+    Creates the topics and prints `export` lines for the other commands. Everything
+    is lost when it stops.
+    """
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with local_services(
+        partitions,
+        preferred_port(broker_port, DEFAULT_BROKER_PORT),
+        preferred_port(redis_port, DEFAULT_REDIS_PORT),
+    ) as (broker, redis_server):
+        click.echo(exports(broker.bootstrap_servers, redis_server.url), nl=False)
+        sys.stdout.flush()
+        click.echo(
+            f"# broker (Tansu, memory storage) on {broker.bootstrap_servers}, Redis on {redis_server.url}; topics "
+            f"documents, labels, decisions ({partitions} partitions), dead-letters (1). Ctrl-C stops both.",
+            err=True,
+        )
+        while not stop.wait(1.0):
+            pass
+        click.echo("# stopping the broker and Redis", err=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# produce
+
+
+@click.command("produce")
+@click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Labelled JSON Lines (id, tokens or text, labels).")
+@click.option("--synthetic", type=click.IntRange(min=1), default=None,
+              help="Instead of --input: this many documents of the built-in synthetic news stream.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --synthetic.")
+@click.option("--labels-delay", "labels_delay_docs", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Send each label this many documents after its document (0: right after it).")
+@click.option("--with-labels", is_flag=True, help="Send labelled documents instead of separate labelled events.")
+@click.option("--rate", "rate_docs_per_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Documents per second at most [default: as fast as possible].")
+@click.option("--documents-topic", "--topic", "documents_topic", envvar=env("--documents-topic"), show_envvar=True,
+              default=_TOPIC_DEFAULTS.documents, show_default=True)
+@option("--labels-topic", default=_TOPIC_DEFAULTS.labels, show_default=True)
+@kafka_options
+@option("--kafka-client", type=click.Choice(["kafka-python", "confluent"]), default="kafka-python",
+        show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def produce(
+    input_path: Path | None,
+    synthetic: int | None,
+    seed: int,
+    labels_delay_docs: int,
+    with_labels: bool,
+    rate_docs_per_s: float | None,
+    documents_topic: str,
+    labels_topic: str,
+    kafka_client: str,
+    quiet: bool,
+    **flags: Any,
+) -> None:
+    """Send documents without their labels, then each label as a labelled event (event id label:<id>).
+
+    Messages are keyed by document id and carry `ts` (epoch ms). A labelled event has no
+    tokens: the worker takes them from its document cache.
+    """
+    if (input_path is None) == (synthetic is None):
+        raise click.UsageError("give --input FILE or --synthetic N")
+    settings = _kafka_settings(flags, "stream-winnow-produce")
+    docs, total = _documents(input_path, synthetic, seed)
+    producer = make_producer(settings, kafka_client)  # type: ignore[arg-type]
+    sent_docs = sent_labels = 0
+    started = time.monotonic()
+    try:
+        with _progress_bar(total, quiet) as bar:
+            delayed: deque[LabelledDocument] = deque()
+            for doc in docs:
+                if rate_docs_per_s is not None:
+                    ahead_s = started + sent_docs / rate_docs_per_s - time.monotonic()
+                    if ahead_s > 0:
+                        time.sleep(ahead_s)
+                message = DocumentMessage(doc.id, doc.tokens, doc.labels if with_labels else None, now_ms())
+                producer.send(documents_topic, encode_document(message), key=doc.id.encode())
+                sent_docs += 1
+                bar.update(1)
+                if with_labels:
+                    continue
+                delayed.append(doc)
+                if len(delayed) > labels_delay_docs:
+                    _send_label(producer, labels_topic, delayed.popleft())
+                    sent_labels += 1
+            while delayed:
+                _send_label(producer, labels_topic, delayed.popleft())
+                sent_labels += 1
+            producer.flush()
+    except CodecError as error:
+        raise ConfigError(f"document {sent_docs + 1} cannot be sent: {error}") from error
+    finally:
+        producer.close()
+    seconds = time.monotonic() - started
+    click.echo(f"{sent_docs:,} documents to {documents_topic}, {sent_labels:,} labelled events to {labels_topic} "
+               f"in {seconds:.1f} s")  # fmt: skip
+
+
+def _documents(input_path: Path | None, synthetic: int | None, seed: int) -> tuple[Iterator[LabelledDocument], int]:
+    if synthetic is not None:
+        from stream_winnow.synthetic import iter_synthetic
+
+        return iter_synthetic(synthetic, seed), synthetic
+    from stream_winnow.datasets import read_labelled_jsonl
+
+    assert input_path is not None
+    with open(input_path, "rb") as lines:
+        total = sum(1 for line in lines if line.strip())
+    return read_labelled_jsonl(input_path), total
+
+
+def _send_label(producer: Producer, topic: str, doc: LabelledDocument) -> None:
+    event = LabelledEvent(f"label:{doc.id}", doc.id, doc.labels, None, now_ms())
+    producer.send(topic, encode_labelled_event(event), key=doc.id.encode())
+
+
+def _progress_bar(total: int, quiet: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="doc", disable=quiet or not sys.stderr.isatty(), file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------
+# tail
+
+
+@click.command("tail")
+@click.argument("kind", type=click.Choice(["decisions", "dead-letters"]))
+@click.option("--from-beginning", is_flag=True, help="Start at the oldest message [default: only new ones].")
+@click.option("--max", "max_messages", type=click.IntRange(min=1), default=None, help="Stop after N messages.")
+@click.option("--timeout-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many seconds without a message [default: never].")
+@option("--decisions-topic", default=_TOPIC_DEFAULTS.decisions, show_default=True)
+@option("--dead-letters-topic", default=_TOPIC_DEFAULTS.dead_letters, show_default=True)
+@kafka_options
+def tail(
+    kind: str,
+    from_beginning: bool,
+    max_messages: int | None,
+    timeout_s: float | None,
+    decisions_topic: str,
+    dead_letters_topic: str,
+    **flags: Any,
+) -> None:
+    """Print each message of the decisions or dead-letters topic as one JSON line.
+
+    Reads every partition without joining a consumer group and commits nothing.
+    Dead letters show the original message as base64.
+    """
+    import kafka
+    from kafka.errors import KafkaError
+
+    from workers.transport.kafka_python import client_configs
+
+    topic = decisions_topic if kind == "decisions" else dead_letters_topic
+    settings = _kafka_settings(flags, "stream-winnow-tail")
+    to_json = _decision_json if kind == "decisions" else _dead_letter_json
+    started_ms = now_ms()
+    try:
+        consumer = kafka.KafkaConsumer(**client_configs(settings), group_id=None, enable_auto_commit=False,
+                                       auto_offset_reset="earliest" if from_beginning else "latest")  # fmt: skip
+    except KafkaError as error:
+        raise TransportError(f"cannot reach {settings.bootstrap_servers}: {error!r}") from error
+    printed = 0
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise ConfigError(f"no topic {topic!r} on {settings.bootstrap_servers}")
+        assigned = [kafka.TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(assigned)
+        if from_beginning:
+            consumer.seek_to_beginning(*assigned)
+        else:
+            consumer.seek_to_end(*assigned)
+        last_message = time.monotonic()
+        while max_messages is None or printed < max_messages:
+            wait_ms = 500
+            if timeout_s is not None:
+                left_s = timeout_s - (time.monotonic() - last_message)
+                if left_s <= 0:
+                    break
+                wait_ms = max(1, min(wait_ms, int(left_s * 1000)))
+            for records in consumer.poll(timeout_ms=wait_ms).values():
+                for record in records:
+                    # Tansu 0.6 puts "latest" at the start of the last batch, not its end: skip what came before.
+                    if not from_beginning and 0 <= record.timestamp < started_ms:
+                        continue
+                    last_message = time.monotonic()
+                    click.echo(_json_line(to_json(record.value)))
+                    printed += 1
+                    if max_messages is not None and printed >= max_messages:
+                        break
+                if max_messages is not None and printed >= max_messages:
+                    break
+            sys.stdout.flush()
+    except KafkaError as error:
+        raise TransportError(f"reading {topic!r} failed: {error!r}") from error
+    except BrokenPipeError:  # `tail ... | head`: the reader is gone; don't fail again flushing at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    finally:
+        consumer.close()
+
+
+def _decision_json(raw: bytes) -> dict[str, Any]:
+    try:
+        d = decode_decision(raw)
+    except CodecError as error:
+        return {"error": str(error), "value": base64.b64encode(raw).decode("ascii")}
+    obj: dict[str, Any] = {"id": d.id, "categories": list(d.categories), "scores": d.scores,
+                           "model_version": d.model_version}  # fmt: skip
+    for key, value in (("model", d.model), ("worker", d.worker), ("ts", d.ts_ms), ("decided_ts", d.decided_ts_ms)):
+        if value is not None:
+            obj[key] = value
+    return obj
+
+
+def _dead_letter_json(raw: bytes) -> dict[str, Any]:
+    try:
+        d = decode_dead_letter(raw)
+    except CodecError as error:
+        return {"error": str(error), "value": base64.b64encode(raw).decode("ascii")}
+    obj: dict[str, Any] = {
+        "reason": d.reason,
+        "detail": d.detail,
+        "source_topic": d.source_topic,
+        "source_partition": d.source_partition,
+        "source_offset": d.source_offset,
+        "original": base64.b64encode(d.original).decode("ascii"),
+        "ts": d.ts_ms,
+    }
+    if d.worker is not None:
+        obj["worker"] = d.worker
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------------
+# demo
+
+
+@click.command("demo")
+@click.option("--data", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Reuters-21578 (.tar.gz or folder): stream its ModApte documents [default: the synthetic stream].")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True, help="Worker processes.")
+@click.option("--documents", type=click.IntRange(min=1), default=None,
+              help="Documents to stream [default: all of --data, else 2,000 synthetic].")
+@click.option("--labels-delay", "labels_delay_docs", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Send each label this many documents after its document.")
+@click.option("--kafka-client", type=click.Choice(["kafka-python", "confluent"]), default="kafka-python",
+              show_default=True)
+@click.option("--timeout-s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Give up waiting for decisions after this long.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic stream.")
+@click.pass_context
+def demo(ctx: click.Context, data: Path | None, workers: int, documents: int | None, labels_delay_docs: int,
+         kafka_client: str, timeout_s: float, seed: int) -> None:  # fmt: skip
+    """Run it all on this machine: broker, Redis, workers; stream a corpus through and score the decisions.
+
+    Documents go out without labels; each label follows later, so every decision is made
+    before the model learned its document, and the running micro-F1 rises as it learns.
+    Exits 1 if some documents got no decision.
+    """
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    config = DemoConfig(data=data, workers=workers, documents=documents, labels_delay_docs=labels_delay_docs,
+                        kafka_client=kafka_client, timeout_s=timeout_s, seed=seed)  # type: ignore[arg-type]  # fmt: skip
+    try:
+        result = run_demo(config)
+    except KeyboardInterrupt:
+        click.echo("interrupted; workers and services stopped", err=True)
+        ctx.exit(130)
+    if result.missing:
+        ctx.exit(1)
+
+
+COMMANDS = [up, produce, tail, demo]
