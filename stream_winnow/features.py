@@ -189,10 +189,11 @@ class Featurizer:
             self._local, self._ids = {}, []
             self._id_array = np.zeros(0, dtype=np.int64)
         flat = list(chain.from_iterable(token_lists))
-        unseen = set(flat).difference(self._local)
-        for token in unseen:
-            self._index(token)
-        local = list(map(self._local.__getitem__, flat))
+        local = list(map(self._local.get, flat))
+        if None in local:
+            for token in set(flat).difference(self._local):
+                self._index(token)
+            local = list(map(self._local.__getitem__, flat))
         if len(self._id_array) != len(self._ids):
             self._id_array = np.array(self._ids, dtype=np.int64)
         token_indptr = np.zeros(n + 1, dtype=np.int64)

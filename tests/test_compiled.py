@@ -50,6 +50,9 @@ class DelegatingStore(WeightStore):
     def counters(self, name: str) -> dict[str, float]:
         return self.inner.counters(name)
 
+    def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
+        return self.inner.applied_events(event_ids)
+
     def delete(self, feature_ids: np.ndarray) -> int:
         return self.inner.delete(feature_ids)
 

@@ -171,6 +171,9 @@ class _Proxy(WeightStore):
     def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
         return self.inner.apply(updates, event_id)
 
+    def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
+        return self.inner.applied_events(event_ids)
+
     def counters(self, name: str) -> dict[str, float]:
         return self.inner.counters(name)
 

@@ -94,6 +94,17 @@ class MemoryStore(WeightStore):
     def _allocate(self, feature_ids: np.ndarray) -> np.ndarray:
         rows = self.rows_of(feature_ids)
         missing = np.flatnonzero(rows == 0)
+        if len(missing) > 64 and not self._free_rows and len(np.unique(feature_ids[missing])) == len(missing):
+            # Many new, distinct features (a bulk load): number them in one go.
+            first = len(self._row_ids)
+            new_ids = feature_ids[missing].tolist()
+            new_rows = range(first, first + len(new_ids))
+            self._row.update(zip(new_ids, new_rows, strict=True))
+            self._row_ids.extend(new_ids)
+            rows[missing] = np.arange(first, first + len(new_ids))
+            if len(self._row_ids) > self._array.shape[0]:
+                self._layout(max(len(self._row_ids), 2 * self._array.shape[0]), self._capacity_categories)
+            return rows
         if len(missing):
             for i in missing.tolist():
                 fid = int(feature_ids[i])
@@ -195,5 +206,6 @@ class MemoryStore(WeightStore):
 
     def record_bulk(self, updates_applied: int, counters: Sequence[CounterUpdate]) -> None:
         """Account for ``updates_applied`` updates written straight into ``packed()``."""
+        version = self._version
         self.apply(counters)
-        self._version += updates_applied - 1
+        self._version = version + updates_applied

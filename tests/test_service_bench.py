@@ -1,0 +1,70 @@
+"""Smoke test of ``benchmarks.service``: a tiny synthetic stream through every phase; every figure present.
+
+Timing is never asserted (the machine is shared); only that each phase ran to the end and
+reported its numbers. The benchmark starts its own broker and Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks.service import BenchConfig, markdown, repeat_stream, run_benchmark
+from stream_winnow.documents import LabelledDocument
+
+pytestmark = [pytest.mark.integration]
+
+
+def _client() -> str:
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return "kafka-python"
+    return "confluent"  # its group join is quicker, which keeps the test short
+
+
+def test_repeat_stream_makes_ids_unique() -> None:
+    base = [LabelledDocument(f"d{i}", ("t",), ("c",)) for i in range(3)]
+    ids = [d.id for d in repeat_stream(base, 7)]
+    assert len(ids) == 9 and len(set(ids)) == 9
+
+
+def test_every_figure_is_reported() -> None:
+    client = _client()
+    config = BenchConfig(
+        synthetic=300,
+        clients=(client,),
+        documents=600,
+        learn_events=200,
+        latency_seconds=1.0,
+        profile=True,
+        profile_top=5,
+        timeout_s=120.0,
+        command="pytest",
+    )
+    results = run_benchmark(config)
+    figures = results["clients"][client]
+    finite = [
+        figures["pipe"]["per_s"],
+        figures["scoring"]["per_s"],
+        figures["scoring_over_pipe"],
+        figures["learning"]["per_s"],
+        figures["mixed"]["per_s"],
+        figures["latency"]["p50_ms"],
+        figures["latency"]["p95_ms"],
+        figures["latency"]["p99_ms"],
+        results["memory"]["bytes_per_weight"],
+        results["peers"]["stream_winnow balanced-winnow"]["per_s"],
+    ]
+    assert all(math.isfinite(x) and x > 0 for x in finite), finite
+    assert figures["scoring"]["dead_letters"] == 0
+    assert figures["learning"]["model_version_delta"] > 0
+    assert figures["mixed"]["learned"] == figures["mixed"]["labelled_events"] == 60
+    assert len(results["profile"]["top"]) == 5
+    table = markdown(results)
+    for row in ("bare pipe", "scoring docs/s", "learning events/s", "mixed docs/s", "p50 / p95 / p99",
+                "bytes per weight", "vowpalwabbit"):  # fmt: skip
+        assert row in table
+    json.dumps(results, default=str)
