@@ -309,3 +309,45 @@ def test_health_readiness_metrics_and_json_logs(service: Service) -> None:
     lines = [json.loads(line) for line in service.logs().splitlines() if line.startswith("{")]
     dead = [line for line in lines if line.get("reason") == "not-msgpack"]
     assert dead and dead[0]["topic"] == service.topics["documents"] and "offset" in dead[0]
+
+
+@pytest.mark.parametrize("client", ["confluent"])
+def test_the_fast_client_decides_and_dead_letters_alike(
+    service: Service, reuters_docs: list[LabelledDocument], client: str
+) -> None:
+    pytest.importorskip("confluent_kafka")
+    docs = reuters_docs[:300]
+    service.start_worker(STREAM_WINNOW_KAFKA_CLIENT=client, STREAM_WINNOW_WORKER_ID="w1")
+    service.start_worker(STREAM_WINNOW_KAFKA_CLIENT=client, STREAM_WINNOW_WORKER_ID="w2")
+    service.produce("documents", [document(d, with_labels=True) for d in docs] + [(b"\xc1", None)])
+    decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= len(docs))
+    assert {d.id for d in decisions} == {d.id for d in docs}, service.logs()[-3000:]
+    assert [letter.reason for letter in service.collect("dead_letters", lambda m: len(m) >= 1)] == ["not-msgpack"]
+
+
+def test_switching_workers_to_an_imported_model_loses_no_document(
+    service: Service, reuters_docs: list[LabelledDocument], tmp_path: Path
+) -> None:
+    from stream_winnow.snapshot import export_model, import_model
+
+    first, second = reuters_docs[:200], reuters_docs[200:400]
+    old = service.start_worker(STREAM_WINNOW_WORKER_ID="old")
+    service.produce("documents", [document(d, with_labels=True) for d in first])
+    service.collect("decisions", lambda m: len({d.id for d in m}) >= len(first))
+    # The operator's procedure: snapshot, import under a new name, start workers on it, stop the old ones.
+    client = connect(service.redis_url)
+    export_model(open_learner(client, service.model).store, tmp_path / "model.msgpack")
+    new_model = service.model + "-v2"
+    target = open_learner(client, new_model)
+    import_model(tmp_path / "model.msgpack", target.store, replace=True)
+    service.start_worker(STREAM_WINNOW_MODEL=new_model, STREAM_WINNOW_WORKER_ID="new")
+    service.produce("documents", [document(d, with_labels=False) for d in second[:100]])
+    old.send_signal(signal.SIGTERM)
+    assert old.wait(timeout=30) == 0
+    service.produce("documents", [document(d, with_labels=False) for d in second[100:]])
+    wanted = {d.id for d in first + second}
+    decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= len(wanted), timeout_s=120)
+    assert {d.id for d in decisions} == wanted, service.logs()[-3000:]
+    late = [d for d in decisions if d.id in {x.id for x in second[100:]}]
+    assert {d.model for d in late} == {new_model}
+    assert open_learner(client, new_model).store.categories() == open_learner(client, service.model).store.categories()
