@@ -289,8 +289,11 @@ def encode_labelled_event(e: LabelledEvent, limits: CodecLimits = DEFAULT_LIMITS
     return raw
 
 
-def encode_decision(d: Decision, limits: CodecLimits = DEFAULT_LIMITS) -> bytes:
+def encode_decision(d: Decision, limits: CodecLimits = DEFAULT_LIMITS, *, check: bool = True) -> bytes:
     """Encode a decision for topic ``decisions``; raise :class:`CodecError` if consumers would reject it.
+
+    ``check=False`` skips decoding the result again: for a producer (the worker) that builds
+    decisions only from values it has already validated, where the check costs about 45 us each.
 
     >>> encode_decision(Decision("d1", ("crude",), {"crude": 1.6}, 7))[:12]
     b'\\x84\\xa2id\\xa2d1\\xaacate'
@@ -310,7 +313,8 @@ def encode_decision(d: Decision, limits: CodecLimits = DEFAULT_LIMITS) -> bytes:
     if d.decided_ts_ms is not None:
         obj["decided_ts"] = d.decided_ts_ms
     raw = _pack(obj)
-    decode_decision(raw, limits)
+    if check:
+        decode_decision(raw, limits)
     return raw
 
 

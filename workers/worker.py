@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType
+from typing import Any
 
 import numpy as np
 
@@ -51,8 +52,9 @@ from workers.transport import Consumer, Producer, Record, next_offsets
 
 log = logging.getLogger("stream_winnow.worker")
 
-# How often the consumer-lag gauges are refreshed (each refresh asks the broker for end offsets).
-LAG_EVERY_S = 5.0
+# How often the consumer-lag gauges are refreshed: each refresh asks the broker for every partition's
+# offsets (about 50 ms with confluent-kafka on Tansu), and Prometheus scrapes every 15-30 s anyway.
+LAG_EVERY_S = 30.0
 
 
 def now_ms() -> int:
@@ -259,8 +261,9 @@ class Worker:
         if isinstance(learner.store, CachedStore):
             self.metrics.staleness.set(learner.store.last_staleness_s)
         names = learner.store.categories()
-        for (_, document), row in zip(items, margins, strict=True):
-            self._send_decision(document.id, learner.decide(row), names, row, version, document.ts_ms)
+        rounded = _plain_scores(margins)
+        for (_, document), row, scores in zip(items, margins, rounded, strict=True):
+            self._send_decision(document.id, learner.decide(row, names), names, scores, version, document.ts_ms)
         self.metrics.documents.inc(len(items))
 
     def _learn(self, items: list[_Labelled]) -> None:
@@ -326,8 +329,9 @@ class Worker:
             margins = local.margins(vector)
             if item.decide:
                 self._send_decision(
-                    item.document_id, local.decide(margins), names, margins, version + local_store.version, item.ts_ms
-                )
+                    item.document_id, local.decide(margins, names), names, _plain_scores(margins),
+                    version + local_store.version, item.ts_ms,
+                )  # fmt: skip
                 self.metrics.documents.inc()
             updates, outcome = local.updates_for(vector, item.labels, margins)
             if updates:
@@ -351,7 +355,8 @@ class Worker:
             if item.decide:
                 version = learner.store.version
                 names = learner.store.categories()
-                self._send_decision(item.document_id, learner.decide(margins), names, margins, version, item.ts_ms)
+                scores = _plain_scores(margins)
+                self._send_decision(item.document_id, learner.decide(margins, names), names, scores, version, item.ts_ms)
                 self.metrics.documents.inc()
             updates, outcome = learner.updates_for(vector, item.labels, margins)
             for category in outcome.promoted + outcome.demoted:
@@ -366,11 +371,12 @@ class Worker:
         document_id: str,
         categories: tuple[str, ...],
         names: Sequence[str],
-        margins: object,
+        margins: list[float],
         version: int,
         ts_ms: int | None,
     ) -> None:
-        scores = {name: round(float(m), 6) for name, m in zip(names, margins, strict=False)}  # type: ignore[call-overload]
+        """Produce one decision; ``margins`` are plain floats (rounded to 6 places) in ``names``' order."""
+        scores = dict(zip(names, margins, strict=False))
         decision = Decision(
             id=document_id,
             categories=categories,
@@ -381,7 +387,8 @@ class Worker:
             ts_ms=ts_ms,
             decided_ts_ms=now_ms(),
         )
-        self.producer.send(self.config.topics.decisions, encode_decision(decision), key=document_id.encode())
+        encoded = encode_decision(decision, check=False)  # built from validated input and our own floats
+        self.producer.send(self.config.topics.decisions, encoded, key=document_id.encode())
         self.metrics.decisions.inc()
 
     def _dead_letter(self, record: Record, reason: str, detail: str) -> None:
@@ -411,3 +418,9 @@ class Worker:
 
 def _labelled_event(record: Record, event: LabelledEvent) -> _Labelled:
     return _Labelled(record, event.event_id, event.id, event.labels, event.tokens, False, event.ts_ms)
+
+
+def _plain_scores(margins: np.ndarray) -> list[Any]:
+    """Margins as plain floats rounded to 6 places, infinities capped (the decision schema wants finite numbers)."""
+    scores: list[Any] = np.round(np.nan_to_num(margins, nan=0.0, posinf=1e300, neginf=-1e300), 6).tolist()
+    return scores

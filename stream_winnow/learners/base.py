@@ -137,8 +137,10 @@ class Learner(ABC):
     def transform(self, tokens: Sequence[str]) -> FeatureVector:
         return self.featurizer.transform(tokens)
 
-    def decide(self, margins: np.ndarray) -> tuple[str, ...]:
-        names = self.store.categories()
+    def decide(self, margins: np.ndarray, names: Sequence[str] | None = None) -> tuple[str, ...]:
+        """The categories ``margins`` decide; pass ``names`` (the store's categories) to save a lookup."""
+        if names is None:
+            names = self.store.categories()
         if not len(margins):
             return ()
         if self.mode == "one-of":

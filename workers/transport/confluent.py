@@ -134,8 +134,14 @@ class ConfluentConsumer(Consumer):
 
     def poll_batch(self, max_records: int | None = None, timeout_ms: int = 1000) -> list[Record]:
         consumer = self._client()
+        limit = max_records or self.settings.max_poll_records
         try:
-            messages = consumer.consume(max_records or self.settings.max_poll_records, timeout_ms / 1000)
+            # Wait for the first record only, then take what is already fetched: consume(n, t) alone
+            # would hold a half-empty batch for the whole timeout and add up to t to every latency.
+            first = consumer.poll(timeout_ms / 1000)
+            if first is None:
+                return []
+            messages = [first, *consumer.consume(limit - 1, 0)] if limit > 1 else [first]
         except (confluent_kafka.KafkaException, RuntimeError) as exc:
             raise TransportError(f"consume failed: {exc}") from exc
         records = []

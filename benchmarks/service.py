@@ -1,0 +1,1073 @@
+"""End-to-end service benchmark: the worker on a real broker and Redis, beside a bare pipe and in-process peers.
+
+One run starts its own embedded Tansu broker and redis-server, trains a model in memory
+on the ModApte training split (balanced-winnow, default settings) and writes it to Redis
+with ``snapshot.copy_model``, then, for each Kafka client asked for, measures on the
+ModApte token stream (training then test documents, repeated with unique ids up to
+``--documents``)::
+
+    pipe      consume -> msgpack decode -> msgpack encode -> produce; flush + commit per batch
+    scoring   the worker on unlabelled documents only (pre-loaded topic)
+    learning  the worker on labelled events with tokens, each one a mistake of the model
+    mixed     documents, plus labelled events (no tokens) for 10 % of them, sent once decided
+    latency   documents paced at half the scoring rate, ts = send time; ts -> decision arrival
+
+Every phase runs in a subprocess (the worker as ``python -m workers.cli worker`` with
+``STREAM_WINNOW_*`` variables; the pipe as ``python -m benchmarks.service _pipe``) on its own
+topics (4 partitions) and consumer group. Throughput is counted at a consumer in this process
+from the first output message to the last, which leaves out the group join (3-5 s on Tansu);
+the learning phase, which emits nothing, is timed by polling the worker's /metrics. The
+helper clients (pre-loading, the load generator, the collector) use confluent-kafka when it
+is installed, whatever client is measured, so that they are never the bottleneck.
+
+    python -m benchmarks.service --source ../shared/datasets/reuters21578.tar.gz --client both \\
+        --documents 50000 --worker-arg=--max-staleness-ms=1000 --json
+
+Also reported: Redis memory of the trained model, and the in-process prequential docs/s of our
+learner and of Vowpal Wabbit on the 90-category stream (not repeated). ``--profile`` runs one
+more (untimed) scoring pass under cProfile and prints the top functions by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pstats
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from stream_winnow.codec import DocumentMessage, LabelledEvent, encode_document, encode_labelled_event
+from stream_winnow.documents import LabelledDocument
+from stream_winnow.errors import TransportError
+
+__all__ = ["BenchConfig", "main", "run_benchmark"]
+
+MODEL = "bench"
+PARTITIONS = 4
+# Tansu answers a JoinGroup after about half the session timeout; 6 s keeps each join near 3 s
+# (only the join is shortened: it is outside every timed span). A --worker-arg overrides it.
+SESSION_TIMEOUT_MS = 6_000
+# Share of the scored documents that get a labelled event in the mixed phase.
+MIXED_LABEL_EVERY = 10
+# The load generator sends what is due every tick; 1 ms keeps bursts under ~1 % of a 20k/s rate.
+_PACE_TICK_S = 0.001
+# How often the learning phase reads the worker's counters (the timing resolution of that phase).
+_METRICS_POLL_S = 0.02
+_COLLECT_POLL_S = 0.05
+_WORKER_STOP_GRACE_S = 15.0
+_LOG_TAIL_CHARS = 3_000
+
+
+# ---------------------------------------------------------------------------------------------------
+# settings and the stream
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What one run measures."""
+
+    source: str | None = None
+    synthetic: int | None = None
+    clients: tuple[str, ...] = ("confluent",)
+    documents: int = 100_000
+    kafka_python_documents: int | None = 20_000
+    learn_events: int = 20_000
+    latency_seconds: float = 10.0
+    worker_args: tuple[str, ...] = ()
+    peers: bool = True
+    profile: bool = False
+    profile_top: int = 10
+    timeout_s: float = 600.0
+    command: str = ""
+
+    def documents_for(self, client: str) -> int:
+        if client == "kafka-python" and self.kafka_python_documents is not None:
+            return min(self.documents, self.kafka_python_documents)
+        return self.documents
+
+
+def repeat_stream(docs: Sequence[LabelledDocument], n: int) -> list[LabelledDocument]:
+    """``docs`` in order, repeated until there are at least ``n``; copies get ids ``<id>~<round>``.
+
+    >>> base = [LabelledDocument("a", ("x",), ("c",)), LabelledDocument("b", ("y",), ("c",))]
+    >>> [d.id for d in repeat_stream(base, 5)]
+    ['a', 'b', 'a~1', 'b~1', 'a~2', 'b~2']
+    """
+    out = list(docs)
+    rounds = 1
+    while len(out) < n:
+        out += [replace(d, id=f"{d.id}~{rounds}") for d in docs]
+        rounds += 1
+    return out
+
+
+def load_stream(config: BenchConfig) -> tuple[list[LabelledDocument], list[LabelledDocument], str]:
+    """(training documents, the whole stream in order, a description)."""
+    if config.synthetic is not None:
+        from stream_winnow.synthetic import synthetic_stream
+
+        stream = synthetic_stream(config.synthetic)
+        return stream[: len(stream) * 7 // 10], stream, f"synthetic ({len(stream):,} documents)"
+    if config.source is None:
+        raise SystemExit("give --source (Reuters-21578 .tar.gz) or --synthetic N")
+    from stream_winnow.datasets import read_modapte
+
+    split = read_modapte(config.source)
+    return (
+        split.train,
+        split.train + split.test,
+        f"Reuters-21578 ModApte, {len(split.categories)} categories, {len(split.train):,} + {len(split.test):,} docs",
+    )
+
+
+def _helper_client() -> str:
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return "kafka-python"
+    return "confluent"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the model
+
+
+@dataclass
+class Model:
+    """The trained in-memory learner and what the benchmark derives from it."""
+
+    learner: Any
+    categories: tuple[str, ...]
+    wrong_label: dict[str, str]  # base document id -> a category the model does not predict for it
+    train_seconds: float
+
+
+def train_model(train: Sequence[LabelledDocument], stream: Sequence[LabelledDocument]) -> Model:
+    """Fit balanced-winnow with default settings (as ``stream-winnow train`` does) in memory."""
+    from stream_winnow.learners import build_learner
+    from stream_winnow.training import fit
+
+    learner = build_learner("balanced-winnow")
+    started = time.perf_counter()
+    fit(learner, train)
+    seconds = time.perf_counter() - started
+    categories = learner.store.categories()
+    margins = learner.margins_many(learner.featurizer.transform_many([d.tokens for d in stream]))
+    # The lowest-scoring category: labelling a document with it alone is a promotion mistake (and a
+    # demotion for every category the model predicts), so each learning event is a mistake.
+    lowest = np.argmin(np.where(np.isfinite(margins), margins, np.inf), axis=1)
+    wrong = {d.id: categories[int(j)] for d, j in zip(stream, lowest, strict=True)}
+    return Model(learner, tuple(categories), wrong, seconds)
+
+
+def write_model(model: Model, redis_url: str, name: str, shards: int, trained_documents: int) -> float:
+    """Write the trained model into Redis as ``name`` (metadata as ``stream-winnow train`` records it)."""
+    from stream_winnow.learners import describe
+    from stream_winnow.models import connect
+    from stream_winnow.snapshot import copy_model
+    from stream_winnow.stores.redis import RedisStore
+
+    learner = model.learner
+    learner.store.set_metadata({
+        **describe(learner), "shards": str(shards), "trained_documents": str(trained_documents),
+        "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    })  # fmt: skip
+    client = connect(redis_url)
+    try:
+        started = time.perf_counter()
+        copy_model(learner.store, RedisStore(client, name, learner.table_specs(), shards), replace=True)
+        return time.perf_counter() - started
+    finally:
+        client.close()
+
+
+def model_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> dict[str, Any]:
+    """MEMORY USAGE summed over every key of the model, and bytes per stored weight."""
+    from stream_winnow.models import connect
+    from stream_winnow.stores.redis import RedisStore
+
+    client = connect(redis_url)
+    try:
+        store = RedisStore(client, name, table_specs, shards)
+        keys = store.model_keys()
+        total = 0
+        for start in range(0, len(keys), 1_000):
+            pipe = client.pipeline(transaction=False)
+            for key in keys[start : start + 1_000]:
+                pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
+            total += sum(int(n or 0) for n in pipe.execute())
+        features = store.n_features()
+        categories = len(store.categories())
+        tables = sum(1 for spec in store.tables.values() if spec.per_category)
+        weights = features * categories * tables
+        return {
+            "keys": len(keys),
+            "bytes": total,
+            "features": features,
+            "categories": categories,
+            "per_category_tables": tables,
+            "bytes_per_weight": total / weights if weights else float("nan"),
+        }
+    finally:
+        client.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Kafka helpers: pre-loading, the collector
+
+
+def _settings(bootstrap: str, client_id: str, batch: int = 500) -> Any:
+    from workers.transport import KafkaSettings
+
+    return KafkaSettings(bootstrap, client_id=client_id, max_poll_records=batch, session_timeout_ms=SESSION_TIMEOUT_MS)
+
+
+def preload(bootstrap: str, topic: str, values: Sequence[tuple[bytes, bytes]]) -> float:
+    """Produce (key, value) pairs into ``topic`` and wait for the acks; returns the seconds taken."""
+    from workers.transport import make_producer
+
+    producer = make_producer(_settings(bootstrap, "bench-preload"), _helper_client())  # type: ignore[arg-type]
+    started = time.perf_counter()
+    try:
+        for key, value in values:
+            producer.send(topic, value, key=key)
+        producer.flush(120_000)
+    finally:
+        producer.close()
+    return time.perf_counter() - started
+
+
+class Collector(threading.Thread):
+    """Reads output topics from the beginning (assigned, no group) and records each arrival.
+
+    ``on_message(key, now_s)`` runs on this thread for every message of ``topics[0]``.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: Sequence[str],
+        *,
+        latency: bool = False,
+        on_message: Callable[[bytes | None, float], None] | None = None,
+    ) -> None:
+        super().__init__(daemon=True, name="bench-collector")
+        self.bootstrap = bootstrap
+        self.topics = list(topics)
+        self.latency = latency
+        self.on_message = on_message
+        self.counts = dict.fromkeys(self.topics, 0)
+        self.first_s: float | None = None
+        self.last_s: float | None = None
+        self.latencies_ms: list[float] = []
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+        self._ready = threading.Event()
+        self._changed = threading.Condition()
+
+    def run(self) -> None:
+        try:
+            if _helper_client() == "confluent":
+                self._run_confluent()
+            else:
+                self._run_kafka_python()
+        except BaseException as error:  # noqa: BLE001 - reported to the waiting thread
+            self.error = error
+            self._ready.set()
+            with self._changed:
+                self._changed.notify_all()
+
+    def _record(self, batch: list[tuple[str, bytes | None, bytes]]) -> None:
+        now = time.time()
+        main = self.topics[0]
+        n_main = 0
+        for topic, key, value in batch:
+            self.counts[topic] += 1
+            if topic != main:
+                continue
+            n_main += 1
+            if self.latency:
+                ts = msgpack.unpackb(value).get("ts")
+                if ts is not None:
+                    self.latencies_ms.append(now * 1000 - ts)
+            if self.on_message is not None:
+                self.on_message(key, now)
+        if n_main:
+            if self.first_s is None:
+                self.first_s = now
+            self.last_s = now
+        with self._changed:
+            self._changed.notify_all()
+
+    def _run_confluent(self) -> None:
+        import confluent_kafka
+
+        consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": "bench-collector", "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10, "enable.partition.eof": False,
+        })  # fmt: skip
+        try:
+            consumer.assign([
+                confluent_kafka.TopicPartition(t, p, confluent_kafka.OFFSET_BEGINNING)
+                for t in self.topics for p in range(PARTITIONS)
+            ])  # fmt: skip
+            self._ready.set()
+            while not self._halt.is_set():
+                messages = consumer.consume(10_000, _COLLECT_POLL_S)
+                batch = [(m.topic(), m.key(), m.value()) for m in messages if m.error() is None]
+                if batch:
+                    self._record(batch)  # type: ignore[arg-type]
+        finally:
+            consumer.close()
+
+    def _run_kafka_python(self) -> None:
+        import kafka
+
+        consumer = kafka.KafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
+            auto_offset_reset="earliest", fetch_max_wait_ms=10,
+        )  # fmt: skip
+        try:
+            consumer.assign([kafka.TopicPartition(t, p) for t in self.topics for p in range(PARTITIONS)])
+            self._ready.set()
+            while not self._halt.is_set():
+                polled = consumer.poll(timeout_ms=int(_COLLECT_POLL_S * 1000), max_records=10_000)
+                batch = [(r.topic, r.key, r.value) for records in polled.values() for r in records]
+                if batch:
+                    self._record(batch)
+        finally:
+            consumer.close()
+
+    def start_and_wait(self) -> Collector:
+        self.start()
+        self._ready.wait(30)
+        return self
+
+    def wait_for(self, n: int, timeout_s: float, check: Callable[[], None] | None = None) -> None:
+        """Until ``n`` messages of ``topics[0]`` arrived; raises TransportError after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        main = self.topics[0]
+        with self._changed:
+            while self.counts[main] < n:
+                if self.error is not None:
+                    raise TransportError(f"the collector failed: {self.error!r}")
+                if time.monotonic() > deadline:
+                    raise TransportError(f"only {self.counts[main]:,} of {n:,} messages on {main} in {timeout_s:.0f} s")
+                self._changed.wait(0.2)
+                if check is not None:
+                    check()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(10)
+
+    def span_s(self) -> float:
+        if self.first_s is None or self.last_s is None:
+            return float("nan")
+        return self.last_s - self.first_s
+
+
+# ---------------------------------------------------------------------------------------------------
+# the worker as a subprocess
+
+
+@dataclass
+class Topics:
+    documents: str
+    labels: str
+    decisions: str
+    dead_letters: str
+
+    @classmethod
+    def of(cls, prefix: str) -> Topics:
+        return cls(f"{prefix}.documents", f"{prefix}.labels", f"{prefix}.decisions", f"{prefix}.dead-letters")
+
+    def all(self) -> list[str]:
+        return [self.documents, self.labels, self.decisions, self.dead_letters]
+
+
+class WorkerProcess:
+    """``python -m workers.cli worker`` with STREAM_WINNOW_* settings; --worker-arg flags are appended."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        redis_url: str,
+        model: str,
+        client: str,
+        topics: Topics,
+        group: str,
+        worker_args: Sequence[str],
+        log_dir: Path,
+        profile_out: Path | None = None,
+    ) -> None:
+        from workers.embedded import free_port
+
+        self.http_port = free_port()
+        self.log_path = log_dir / f"{group}.log"
+        env = dict(os.environ)
+        env.update({
+            "STREAM_WINNOW_BOOTSTRAP_SERVERS": bootstrap,
+            "STREAM_WINNOW_REDIS_URL": redis_url,
+            "STREAM_WINNOW_MODEL": model,
+            "STREAM_WINNOW_KAFKA_CLIENT": client,
+            "STREAM_WINNOW_GROUP_ID": group,
+            "STREAM_WINNOW_DOCUMENTS_TOPIC": topics.documents,
+            "STREAM_WINNOW_LABELS_TOPIC": topics.labels,
+            "STREAM_WINNOW_DECISIONS_TOPIC": topics.decisions,
+            "STREAM_WINNOW_DEAD_LETTERS_TOPIC": topics.dead_letters,
+            "STREAM_WINNOW_HTTP_PORT": str(self.http_port),
+            "STREAM_WINNOW_WORKER_ID": f"bench-{group}",
+        })  # fmt: skip
+        env.setdefault("STREAM_WINNOW_SESSION_TIMEOUT_MS", str(SESSION_TIMEOUT_MS))
+        if profile_out is None:
+            argv = [sys.executable, "-m", "workers.cli", "worker", *worker_args]
+        else:
+            argv = [sys.executable, "-m", "benchmarks.service", "_profiled_worker", str(profile_out), *worker_args]
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise TransportError(f"worker exited with {self.process.returncode}; log ends:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
+        except OSError:
+            return "(no log)"
+
+    def _get(self, path: str) -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=2.0) as response:
+                body: bytes = response.read()
+                return body.decode("utf-8", "replace")
+        except (urllib.error.URLError, OSError):
+            return None
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self._get("/readyz") is None:
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise TransportError(f"worker not ready after {timeout_s:.0f} s; log ends:\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def metric(self, name: str) -> float | None:
+        """Sum over label values of a counter in /metrics (None when the endpoint does not answer)."""
+        text = self._get("/metrics")
+        if text is None:
+            return None
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name) and line[len(name) : len(name) + 1] in (" ", "{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(_WORKER_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+# ---------------------------------------------------------------------------------------------------
+# the bare pipe (runs as ``python -m benchmarks.service _pipe <json>``)
+
+
+def _pipe_main(spec: dict[str, Any]) -> None:
+    """consume -> msgpack decode -> encode -> produce; flush and commit per batch, like the worker."""
+    from workers.transport import make_consumer, make_producer, next_offsets
+
+    settings = _settings(spec["bootstrap"], "bench-pipe", spec["batch"])
+    settings = replace(settings, session_timeout_ms=spec["session_timeout_ms"])
+    consumer = make_consumer(settings, spec["client"])
+    producer = make_producer(settings, spec["client"])
+    consumer.subscribe([spec["in_topic"]], spec["group"])
+    done = 0
+    first = last = None
+    try:
+        while done < spec["expected"]:
+            records = consumer.poll_batch(spec["batch"], 500)
+            if not records:
+                continue
+            if first is None:
+                first = time.time()
+            for record in records:
+                producer.send(spec["out_topic"], msgpack.packb(msgpack.unpackb(record.value)), key=record.key)
+            producer.flush()
+            consumer.commit(next_offsets(records))
+            done += len(records)
+            last = time.time()
+    finally:
+        producer.close()
+        consumer.close()
+    print(json.dumps({"records": done, "first_consume_s": first, "last_ack_s": last}))
+
+
+def _profiled_worker(out: str, worker_args: Sequence[str]) -> None:
+    """``stream-winnow worker`` with cProfile on from its first batch (the group join left out) to its stop."""
+    import cProfile
+
+    from workers import worker as worker_module
+    from workers.cli import main as cli_main
+
+    profiler = cProfile.Profile()
+    original = worker_module.Worker.process
+    started = threading.Event()
+
+    def process(self: Any, records: Any) -> Any:
+        if not started.is_set():
+            started.set()
+            profiler.enable()
+        return original(self, records)
+
+    worker_module.Worker.process = process  # type: ignore[method-assign]
+    try:
+        cli_main(["worker", *worker_args], standalone_mode=False)
+    finally:
+        profiler.disable()
+        profiler.dump_stats(out)
+
+
+# ---------------------------------------------------------------------------------------------------
+# phases
+
+
+@dataclass
+class Environment:
+    bootstrap: str
+    redis_url: str
+    log_dir: Path
+    worker_args: tuple[str, ...]
+    batch: int
+    shards: int
+    timeout_s: float
+    run_id: str = field(default_factory=lambda: str(os.getpid()))
+    counter: int = 0
+
+    def name(self, phase: str, client: str) -> str:
+        self.counter += 1
+        return f"{phase}-{client}-{self.run_id}-{self.counter}"
+
+    def topics(self, prefix: str) -> Topics:
+        from workers.embedded import create_topics
+
+        topics = Topics.of(prefix)
+        create_topics(self.bootstrap, dict.fromkeys(topics.all(), PARTITIONS))
+        return topics
+
+
+def _rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("nan")
+
+
+def phase_pipe(env: Environment, client: str, docs: Sequence[tuple[bytes, bytes]]) -> dict[str, Any]:
+    name = env.name("pipe", client)
+    topics = env.topics(name)
+    preload_s = preload(env.bootstrap, topics.documents, docs)
+    collector = Collector(env.bootstrap, [topics.decisions]).start_and_wait()
+    spec = {
+        "bootstrap": env.bootstrap, "client": client, "in_topic": topics.documents, "out_topic": topics.decisions,
+        "group": name, "batch": env.batch, "expected": len(docs), "session_timeout_ms": SESSION_TIMEOUT_MS,
+    }  # fmt: skip
+    started = time.monotonic()
+    process = subprocess.run(
+        [sys.executable, "-m", "benchmarks.service", "_pipe", json.dumps(spec)],
+        capture_output=True, text=True, timeout=env.timeout_s, check=False,
+    )  # fmt: skip
+    wall = time.monotonic() - started
+    if process.returncode != 0:
+        collector.stop()
+        raise TransportError(f"the pipe failed ({process.returncode}):\n{process.stderr[-_LOG_TAIL_CHARS:]}")
+    collector.wait_for(len(docs), env.timeout_s)
+    collector.stop()
+    own = json.loads(process.stdout.strip().splitlines()[-1])
+    own_s = own["last_ack_s"] - own["first_consume_s"]
+    return {
+        "messages": len(docs),
+        "seconds": collector.span_s(),
+        "per_s": _rate(len(docs), collector.span_s()),
+        "self_timed_per_s": _rate(len(docs), own_s),
+        "process_wall_s": wall,
+        "preload_per_s": _rate(len(docs), preload_s),
+    }
+
+
+def _worker(env: Environment, client: str, model: str, topics: Topics, group: str,
+            profile_out: Path | None = None) -> WorkerProcess:  # fmt: skip
+    return WorkerProcess(
+        bootstrap=env.bootstrap, redis_url=env.redis_url, model=model, client=client, topics=topics, group=group,
+        worker_args=env.worker_args, log_dir=env.log_dir, profile_out=profile_out,
+    )  # fmt: skip
+
+
+def phase_scoring(
+    env: Environment, client: str, model: str, docs: Sequence[tuple[bytes, bytes]], profile_out: Path | None = None
+) -> dict[str, Any]:
+    name = env.name("scoring" if profile_out is None else "profile", client)
+    topics = env.topics(name)
+    preload(env.bootstrap, topics.documents, docs)
+    collector = Collector(env.bootstrap, [topics.decisions, topics.dead_letters]).start_and_wait()
+    launched = time.time()
+    worker = _worker(env, client, model, topics, name, profile_out)
+    try:
+        collector.wait_for(len(docs), env.timeout_s, worker.check_alive)
+    finally:
+        worker.stop()
+        collector.stop()
+    assert collector.first_s is not None
+    return {
+        "documents": len(docs),
+        "seconds": collector.span_s(),
+        "per_s": _rate(len(docs), collector.span_s()),
+        "join_s": collector.first_s - launched,
+        "dead_letters": collector.counts[topics.dead_letters],
+    }
+
+
+def phase_learning(env: Environment, client: str, model: str, events: Sequence[tuple[bytes, bytes]]) -> dict[str, Any]:
+    name = env.name("learning", client)
+    topics = env.topics(name)
+    preload(env.bootstrap, topics.labels, events)
+    worker = _worker(env, client, model, topics, name)
+    n = len(events)
+    version_before = _model_version(env.redis_url, model)
+    # Timed from the last poll that saw nothing learned to the first that saw all: at most two
+    # poll intervals too long, never too short.
+    idle_s = done_s = None
+    learned = 0.0
+    try:
+        worker.wait_ready(env.timeout_s)
+        deadline = time.monotonic() + env.timeout_s
+        while learned < n:
+            worker.check_alive()
+            if time.monotonic() > deadline:
+                raise TransportError(f"only {learned:.0f} of {n} labelled events learned in {env.timeout_s:.0f} s")
+            before = time.time()
+            learned = worker.metric("stream_winnow_labelled_events_total") or 0.0
+            if not learned:
+                idle_s = before
+            elif learned >= n:
+                done_s = time.time()
+            else:
+                time.sleep(_METRICS_POLL_S)
+        updated = worker.metric("stream_winnow_updates_applied_total") or 0.0
+        mistakes = worker.metric("stream_winnow_mistakes_total") or 0.0
+        dead = worker.metric("stream_winnow_dead_letters_total") or 0.0
+    finally:
+        worker.stop()
+    if idle_s is None or done_s is None:
+        raise TransportError("the learning phase was not observed from its start (no poll saw 0 learned)")
+    seconds = done_s - idle_s
+    return {
+        "events": n,
+        "seconds": seconds,
+        "per_s": _rate(n, seconds),
+        "updates_metric_fraction": updated / n,
+        "mistaken_categories_per_event": mistakes / n,
+        "model_version_delta": _model_version(env.redis_url, model) - version_before,
+        "dead_letters": int(dead),
+        "timing_resolution_s": _METRICS_POLL_S,
+    }
+
+
+def _model_version(redis_url: str, model: str) -> int:
+    from stream_winnow.models import connect, open_learner
+
+    client = connect(redis_url)
+    try:
+        return int(open_learner(client, model, create=False).store.version)
+    finally:
+        client.close()
+
+
+def phase_mixed(
+    env: Environment, client: str, model: str, docs: Sequence[tuple[bytes, bytes]], labels: dict[bytes, bytes]
+) -> dict[str, Any]:
+    """Documents pre-loaded; the label of every 10th is sent (without tokens) as soon as its decision arrives."""
+    from workers.transport import make_producer
+
+    name = env.name("mixed", client)
+    topics = env.topics(name)
+    preload(env.bootstrap, topics.documents, docs)
+    producer = make_producer(_settings(env.bootstrap, "bench-labels"), _helper_client())  # type: ignore[arg-type]
+    sent = [0]
+
+    def on_decision(key: bytes | None, now_s: float) -> None:
+        value = labels.get(key or b"")
+        if value is not None:
+            producer.send(topics.labels, value, key=key)
+            sent[0] += 1
+
+    collector = Collector(env.bootstrap, [topics.decisions, topics.dead_letters], on_message=on_decision)
+    collector.start_and_wait()
+    worker = _worker(env, client, model, topics, name)
+    try:
+        collector.wait_for(len(docs), env.timeout_s, worker.check_alive)
+        collector.stop()
+        producer.flush()
+        deadline = time.monotonic() + env.timeout_s
+        learned = dead = 0.0
+        while True:
+            learned = worker.metric("stream_winnow_labelled_events_total") or 0.0
+            dead = worker.metric("stream_winnow_dead_letters_total") or 0.0
+            if learned + dead >= len(labels):
+                break
+            worker.check_alive()
+            if time.monotonic() > deadline:
+                raise TransportError(f"only {learned:.0f} of {len(labels)} labels learned in {env.timeout_s:.0f} s")
+            time.sleep(_METRICS_POLL_S)
+        done_s = time.time()
+    finally:
+        worker.stop()
+        collector.stop()
+        producer.close()
+    assert collector.first_s is not None
+    seconds = done_s - collector.first_s
+    return {
+        "documents": len(docs),
+        "labelled_events": sent[0],
+        "seconds": seconds,
+        "per_s": _rate(len(docs), seconds),
+        "decisions_per_s": _rate(len(docs), collector.span_s()),
+        "learned": int(learned),
+        "dead_letters": int(dead),
+    }
+
+
+def phase_latency(
+    env: Environment, client: str, model: str, docs: Sequence[LabelledDocument], rate: float, seconds: float
+) -> dict[str, Any]:
+    """Documents paced at ``rate``/s with ts = send time; percentiles of ts -> decision arrival here."""
+    from workers.transport import make_producer
+
+    name = env.name("latency", client)
+    topics = env.topics(name)
+    n = max(1, min(len(docs), int(rate * seconds)))
+    collector = Collector(env.bootstrap, [topics.decisions], latency=True).start_and_wait()
+    worker = _worker(env, client, model, topics, name)
+    producer = make_producer(_settings(env.bootstrap, "bench-load"), _helper_client())  # type: ignore[arg-type]
+    try:
+        worker.wait_ready(env.timeout_s)
+        started = time.perf_counter()
+        sent = 0
+        while sent < n:
+            due = min(n, int((time.perf_counter() - started) * rate) + 1)
+            while sent < due:
+                doc = docs[sent]
+                message = encode_document(DocumentMessage(doc.id, doc.tokens, None, _now_ms()))
+                producer.send(topics.documents, message, key=doc.id.encode())
+                sent += 1
+            time.sleep(_PACE_TICK_S)
+        offered_s = time.perf_counter() - started
+        producer.flush()
+        collector.wait_for(n, env.timeout_s, worker.check_alive)
+    finally:
+        producer.close()
+        worker.stop()
+        collector.stop()
+    latencies = np.asarray(collector.latencies_ms)
+    p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
+    return {
+        "documents": n,
+        "offered_per_s": rate,
+        "achieved_offered_per_s": _rate(n, offered_s),
+        "p50_ms": float(p50),
+        "p95_ms": float(p95),
+        "p99_ms": float(p99),
+        "max_ms": float(latencies.max()),
+    }
+
+
+def profile_top(path: Path, top: int) -> list[dict[str, Any]]:
+    """The ``top`` functions by own time (tottime) in a cProfile dump."""
+    stats = pstats.Stats(str(path))
+    rows = []
+    for (filename, line, function), (_cc, calls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        rows.append({"function": f"{function} ({_short_path(filename)}:{line})", "calls": calls,
+                     "own_s": tottime, "cumulative_s": cumtime})  # fmt: skip
+    total = sum(r["own_s"] for r in rows) or 1.0
+    rows.sort(key=lambda r: r["own_s"], reverse=True)
+    for r in rows:
+        r["own_share"] = r["own_s"] / total
+    return rows[:top]
+
+
+def _short_path(filename: str) -> str:
+    for marker in ("site-packages/", "/work/main/", "lib/python3"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+def run_peers(stream: Sequence[LabelledDocument]) -> dict[str, Any]:
+    """In-process prequential docs/s of our learner and of VW on the (not repeated) stream."""
+    from stream_winnow.evaluation.runs import categories_of, prequential
+    from stream_winnow.learners import build_learner
+
+    out: dict[str, Any] = {}
+    result = prequential(build_learner("balanced-winnow"), stream)
+    out["stream_winnow balanced-winnow"] = {"per_s": result.docs_per_second, "micro_f1": result.report.micro_f1}
+    try:
+        from benchmarks.peers import run_vw_prequential
+
+        vw = run_vw_prequential(stream, categories_of(stream))
+        out["vowpalwabbit --multilabel_oaa"] = {"per_s": vw.docs_per_second, "micro_f1": vw.micro_f1}
+    except ImportError as error:
+        out["vowpalwabbit --multilabel_oaa"] = {"per_s": float("nan"), "micro_f1": float("nan"), "note": str(error)}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# the run
+
+
+def worker_settings(worker_args: Sequence[str]) -> Any:
+    """The WorkerConfig the worker will build from ``worker_args`` (and the environment): batch size, shards."""
+    from workers.cli_service import worker, worker_config
+
+    context = worker.make_context("worker", list(worker_args))
+    return worker_config(context.params)
+
+
+def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    from workers.embedded import start_broker, start_redis
+
+    settings = worker_settings(config.worker_args)
+    train, base, corpus = load_stream(config)
+    say(f"stream: {corpus}")
+    model = train_model(train, base)
+    say(f"trained in {model.train_seconds:.1f} s: {len(model.categories)} categories")
+    largest = max(config.documents_for(c) for c in config.clients)
+    stream = repeat_stream(base, largest)
+    base_id = {d.id: b.id for d, b in zip(stream, base * (len(stream) // len(base) + 1), strict=False)}
+    encoded = [(d.id.encode(), encode_document(DocumentMessage(d.id, d.tokens, None, None))) for d in stream]
+    learn_events = [
+        (d.id.encode(), encode_labelled_event(LabelledEvent(f"learn:{d.id}", d.id, (model.wrong_label[base_id[d.id]],),
+                                                            d.tokens, None)))  # fmt: skip
+        for d in stream[: min(config.learn_events, largest)]
+    ]
+    label_of = {
+        d.id.encode(): encode_labelled_event(LabelledEvent(f"label:{d.id}", d.id, d.labels, None, None))
+        for i, d in enumerate(stream)
+        if i % MIXED_LABEL_EVERY == 0 and d.labels
+    }
+    results: dict[str, Any] = {
+        "command": config.command,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "corpus": corpus,
+        "cpus": os.cpu_count(),
+        "load_average_start": os.getloadavg()[0],
+        "batch_max_docs": settings.batch_max_docs,
+        "worker_args": list(config.worker_args),
+        "clients": {},
+    }
+    log_dir = Path(tempfile.mkdtemp(prefix="stream-winnow-bench-"))
+    results["log_dir"] = str(log_dir)
+    with start_broker() as broker, start_redis() as redis_server:
+        env = Environment(broker.bootstrap_servers, redis_server.url, log_dir, config.worker_args,
+                          settings.batch_max_docs, settings.shards, config.timeout_s)  # fmt: skip
+        write_s = write_model(model, env.redis_url, MODEL, settings.shards, len(train))
+        results["model_write_s"] = write_s
+        results["memory"] = model_memory(env.redis_url, MODEL, settings.shards, model.learner.table_specs())
+        say(f"model in Redis: {results['memory']['bytes'] / 2**20:.1f} MiB")
+        for client in config.clients:
+            n = config.documents_for(client)
+            docs = encoded[:n]
+            out: dict[str, Any] = {"documents": n}
+            results["clients"][client] = out
+            say(f"[{client}] pipe, {n:,} messages")
+            out["pipe"] = phase_pipe(env, client, docs)
+            say(f"[{client}] pipe: {out['pipe']['per_s']:,.0f}/s; scoring")
+            scoring_model = f"{MODEL}-s-{client}"
+            write_model(model, env.redis_url, scoring_model, settings.shards, len(train))
+            out["scoring"] = phase_scoring(env, client, scoring_model, docs)
+            say(f"[{client}] scoring: {out['scoring']['per_s']:,.0f}/s; learning")
+            learn_model = f"{MODEL}-l-{client}"
+            write_model(model, env.redis_url, learn_model, settings.shards, len(train))
+            events = learn_events[: min(len(learn_events), n)]
+            out["learning"] = phase_learning(env, client, learn_model, events)
+            say(f"[{client}] learning: {out['learning']['per_s']:,.0f}/s; mixed")
+            mixed_model = f"{MODEL}-m-{client}"
+            write_model(model, env.redis_url, mixed_model, settings.shards, len(train))
+            keys = {key for key, _ in docs}
+            out["mixed"] = phase_mixed(env, client, mixed_model, docs,
+                                       {k: v for k, v in label_of.items() if k in keys})  # fmt: skip
+            say(f"[{client}] mixed: {out['mixed']['per_s']:,.0f}/s; latency")
+            rate = out["scoring"]["per_s"] / 2
+            latency_model = f"{MODEL}-t-{client}"
+            write_model(model, env.redis_url, latency_model, settings.shards, len(train))
+            out["latency"] = phase_latency(env, client, latency_model, stream[:n], rate, config.latency_seconds)
+            say(f"[{client}] latency p99: {out['latency']['p99_ms']:.1f} ms")
+            out["scoring_over_pipe"] = out["scoring"]["per_s"] / out["pipe"]["per_s"]
+        if config.profile:
+            client = config.clients[0]
+            n = config.documents_for(client)
+            profile_path = log_dir / "scoring.prof"
+            profile_model = f"{MODEL}-p-{client}"
+            write_model(model, env.redis_url, profile_model, settings.shards, len(train))
+            say(f"[{client}] profile: scoring again under cProfile (untimed)")
+            profiled = phase_scoring(env, client, profile_model, encoded[:n], profile_out=profile_path)
+            results["profile"] = {
+                "client": client,
+                "documents": n,
+                "per_s_under_cprofile": profiled["per_s"],
+                "file": str(profile_path),
+                "top": profile_top(profile_path, config.profile_top),
+            }
+    if config.peers:
+        say("peers: in-process prequential on the stream (not repeated)")
+        results["peers"] = run_peers(base)
+    results["load_average_end"] = os.getloadavg()[0]
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------
+# report
+
+
+def _f(value: float, digits: int = 0) -> str:
+    return "n/a" if value != value else f"{value:,.{digits}f}"  # NaN check
+
+
+def markdown(results: dict[str, Any]) -> str:
+    clients = list(results["clients"])
+    lines = [
+        f"`{results['command']}`",
+        "",
+        f"{results['corpus']}; batch_max_docs {results['batch_max_docs']}; worker args: "
+        f"{' '.join(results['worker_args']) or '(none)'}; {results['cpus']} CPUs, load average "
+        f"{results['load_average_start']:.2f} at start, {results['load_average_end']:.2f} at end",
+        "",
+        "| measure | " + " | ".join(clients) + " |",
+        "|---|" + "---|" * len(clients),
+    ]
+    rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("documents per phase", lambda c: f"{c['documents']:,}"),
+        ("bare pipe msg/s (consume→decode→encode→produce)", lambda c: _f(c["pipe"]["per_s"])),
+        ("bare pipe msg/s, self-timed (first consume → last ack)", lambda c: _f(c["pipe"]["self_timed_per_s"])),
+        ("scoring docs/s (first → last decision)", lambda c: _f(c["scoring"]["per_s"])),
+        ("**scoring / bare pipe**", lambda c: _f(c["scoring_over_pipe"], 2)),
+        ("group join before first decision, s (excluded)", lambda c: _f(c["scoring"]["join_s"], 1)),
+        ("learning events/s (every event a mistake)", lambda c: _f(c["learning"]["per_s"])),
+        ("learning: mistaken categories per event (metric)",
+         lambda c: _f(c["learning"]["mistaken_categories_per_event"], 2)),
+        ("learning: model version delta / events",
+         lambda c: f"{c['learning']['model_version_delta']:,} / {c['learning']['events']:,}"),
+        ("mixed docs/s (10 % labelled later, from cache)", lambda c: _f(c["mixed"]["per_s"])),
+        ("mixed: labelled events learned / dead letters",
+         lambda c: f"{c['mixed']['learned']:,} / {c['mixed']['dead_letters']:,}"),
+        ("latency: offered docs/s (½ scoring)", lambda c: _f(c["latency"]["offered_per_s"])),
+        ("latency p50 / p95 / p99 ms",
+         lambda c: f"{_f(c['latency']['p50_ms'], 1)} / {_f(c['latency']['p95_ms'], 1)} / "
+                   f"{_f(c['latency']['p99_ms'], 1)}"),
+    ]  # fmt: skip
+    for label, cell in rows:
+        lines.append(f"| {label} | " + " | ".join(cell(results["clients"][c]) for c in clients) + " |")
+    memory = results["memory"]
+    lines += [
+        "",
+        f"Model in Redis: {memory['bytes']:,} bytes ({memory['bytes'] / 2**20:.1f} MiB) in {memory['keys']:,} keys; "
+        f"{memory['features']:,} features × {memory['categories']} categories × {memory['per_category_tables']} "
+        f"tables → **{memory['bytes_per_weight']:.2f} bytes per weight**.",
+    ]
+    if "peers" in results:
+        lines += ["", "| in-process prequential (stream not repeated) | docs/s | micro-F1 |", "|---|---|---|"]
+        for system, peer in results["peers"].items():
+            lines.append(f"| {system} | {_f(peer['per_s'])} | {_f(peer['micro_f1'], 3)} |")
+    if "profile" in results:
+        profile = results["profile"]
+        lines += [
+            "",
+            f"Worker profile ({profile['client']}, scoring {profile['documents']:,} docs under cProfile from the first "
+            f"batch, "
+            f"{_f(profile['per_s_under_cprofile'])} docs/s with the profiler on), top by own time:",
+            "",
+            "| function | calls | own s | share | cumulative s |",
+            "|---|---|---|---|---|",
+        ]
+        for row in profile["top"]:
+            lines.append(f"| `{row['function']}` | {row['calls']:,} | {row['own_s']:.2f} | "
+                         f"{row['own_share']:.1%} | {row['cumulative_s']:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_pipe"]:
+        _pipe_main(json.loads(argv[1]))
+        return
+    if argv[:1] == ["_profiled_worker"]:
+        _profiled_worker(argv[1], argv[2:])
+        return
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.service", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", help="Reuters-21578 .tar.gz or folder.")
+    parser.add_argument("--synthetic", type=int, default=None, help="Use N synthetic documents instead (tests).")
+    parser.add_argument("--client", choices=["kafka-python", "confluent", "both"], default="confluent")
+    parser.add_argument("--documents", type=int, default=100_000, help="Documents per phase (the stream repeats).")
+    parser.add_argument("--kafka-python-documents", type=int, default=20_000,
+                        help="Cap for kafka-python (about 7,000 msg/s at best); 0: no cap.")
+    parser.add_argument("--learn-events", type=int, default=20_000, help="Labelled events in the learning phase.")
+    parser.add_argument("--latency-seconds", type=float, default=10.0, help="Length of the paced latency phase.")
+    parser.add_argument("--worker-arg", action="append", default=[], metavar="FLAG",
+                        help="A flag for every worker, e.g. --worker-arg=--max-staleness-ms=1000 (repeatable).")
+    parser.add_argument("--no-peers", action="store_true", help="Skip the in-process peers.")
+    parser.add_argument("--profile", action="store_true", help="Profile one more scoring pass (cProfile).")
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="Give up on a phase after this.")
+    parser.add_argument("--json", action="store_true", help="Print the results as JSON after the table.")
+    args = parser.parse_args(argv)
+    clients = ("confluent", "kafka-python") if args.client == "both" else (args.client,)
+    config = BenchConfig(
+        source=args.source,
+        synthetic=args.synthetic,
+        clients=clients,
+        documents=args.documents,
+        kafka_python_documents=args.kafka_python_documents or None,
+        learn_events=args.learn_events,
+        latency_seconds=args.latency_seconds,
+        worker_args=tuple(args.worker_arg),
+        peers=not args.no_peers,
+        profile=args.profile,
+        timeout_s=args.timeout_s,
+        command="python -m benchmarks.service " + shlex.join(argv),
+    )
+    results = run_benchmark(config, say=lambda text: print(text, file=sys.stderr, flush=True))
+    print(markdown(results))
+    if args.json:
+        print(json.dumps(results, default=str))
+
+
+if __name__ == "__main__":
+    main()
