@@ -78,16 +78,16 @@ _LAYOUT_ERROR = "SWLAYOUT"
 # Redis errors that retrying later can fix (the rest are bugs and propagate as they are).
 _RETRIABLE_REPLIES = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
 
-# KEYS[1] shard row count, KEYS[2] the event's marker in this shard, KEYS[3] the event's model-level marker
-# (checked only on a single node, ARGV[4] == '1'), KEYS[4..] feature rows.
-# ARGV[1] marker TTL (s), ARGV[2] msgpack {G, T, width, initial globals, initial per-category, ops},
-# ARGV[3] the initial row (packed float32, width floats) used to pad short rows.
+# KEYS[1] shard row count; the other keys are events' markers and feature rows, named by index in the plan.
+# ARGV[1] marker TTL (s), ARGV[2] msgpack {G, T, width, initial globals, initial per-category, events},
+# ARGV[3] the initial row (packed float32, width floats) used to pad short rows, ARGV[4] '1': check guards.
+# event = {index of its marker in this shard, index of its model-level marker (the guard), ops}, in order;
+# an event whose marker is set (or, on a single node, whose guard is) is skipped whole. Each row is read
+# once and written once per call, however many events touch it: that is what makes a batch cheap.
 # op = {key indices, float positions, multiply (per position, or empty), add (k*m row-major, or empty), low, high}
 _APPLY_SHARD_LUA = """
-if ARGV[4] == '1' and redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
-if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[1]) then return -1 end
 local plan = cmsgpack.unpack(ARGV[2])
-local G, T, width, init_g, init_t, ops = plan[1], plan[2], plan[3], plan[4], plan[5], plan[6]
+local G, T, width, init_g, init_t, events = plan[1], plan[2], plan[3], plan[4], plan[5], plan[6]
 local tmpl = ARGV[3]
 local tmpl_n = #tmpl / 4
 local function initial(i)
@@ -95,7 +95,13 @@ local function initial(i)
   return init_t[(i - G) % T + 1]
 end
 local rows, order = {}, {}
-for _, op in ipairs(ops) do
+local applied = 0
+for _, event in ipairs(events) do
+local skip = ARGV[4] == '1' and redis.call('EXISTS', KEYS[event[2]]) == 1
+if not skip and not redis.call('SET', KEYS[event[1]], '1', 'NX', 'EX', ARGV[1]) then skip = true end
+if not skip then
+applied = applied + 1
+for _, op in ipairs(event[3]) do
   local ks, pos, mul, add, low, high = op[1], op[2], op[3], op[4], op[5], op[6]
   local m = #pos
   local hasmul, hasadd = #mul > 0, #add > 0
@@ -124,6 +130,9 @@ for _, op in ipairs(ops) do
     end
   end
 end
+end
+end
+if applied == 0 then return -1 end
 local function fill(parts, s, n, a, b)
   if a < n then
     local e = math.min(b, n)
@@ -275,6 +284,9 @@ class RedisStore(WeightStore):
         self._ensure = client.register_script(_ENSURE_CATEGORIES_LUA)
         self._delete = client.register_script(_DELETE_LUA)
 
+        # What the last _plan call built, for apply_many to merge events per shard.
+        self._last_raw: list[tuple[int, bytes, bytes, list[bytes], list[Any]]] = []
+        self._last_shape: tuple[Any, ...] = ()
         self._categories: list[str] = []
         self._categories_tuple: tuple[str, ...] = ()
         self._column: dict[str, int] = {}
@@ -538,11 +550,14 @@ class RedisStore(WeightStore):
         # before, with other updates, must not touch new shards); a Cluster checks it beforehand instead.
         guard = "0" if self.is_cluster or event_id is None else "1"
         shard_calls: list[tuple[list[bytes], list[Any]]] = []
+        self._last_raw = []
         for s, ops in shard_ops.items():
-            plan = msgpack.packb([self._g, self._t, width, initial_g, initial_t, ops])
+            plan = msgpack.packb([self._g, self._t, width, initial_g, initial_t, [[2, 3, ops]]])
             shard_marker = self._shard_prefix[s] + marker
             keys = [self._count_keys[s], shard_marker, shard_marker if self.is_cluster else meta_marker]
             shard_calls.append(([*keys, *shard_keys[s]], [ttl, plan, template, guard]))
+            self._last_raw.append((s, keys[1], keys[2], list(shard_keys[s]), ops))
+        self._last_shape = (width, initial_g, initial_t, template, guard, ttl)
         meta_keys: list[Any] = [meta_marker, self._version_key]
         meta_keys += [self._meta_prefix + "counter:" + name for name in counters]
         # ARGV[3] "1": the apply has no updates at all; the event is only marked.
@@ -605,19 +620,52 @@ class RedisStore(WeightStore):
         """
         if not batch:
             return []
-        plans = [self._plan(updates, event_id) for updates, event_id in batch]
+        plans = []
+        raws = []
+        for updates, event_id in batch:
+            plans.append(self._plan(updates, event_id))
+            raws.append((self._last_raw, self._last_shape))
         skip = [False] * len(batch)
         if self.is_cluster:
             ids = [(i, e) for i, (_, e) in enumerate(batch) if e is not None]
             for (i, _), done in zip(ids, self.applied_events([e for _, e in ids]), strict=True):
                 skip[i] = done
         with _store_errors("applying updates"):
-            shard_calls = [call for (calls, _), s in zip(plans, skip, strict=True) if not s for call in calls]
+            shard_calls = self._merge_shard_calls([raw for raw, s in zip(raws, skip, strict=True) if not s])
             if shard_calls:
                 self._run_scripts(self._apply_shard, shard_calls)
             metas = [meta for (_, meta), s in zip(plans, skip, strict=True) if not s]
             replies = iter(self._run_scripts(self._apply_meta, metas) if metas else [])
         return [False if s else bool(next(replies)) for s in skip]
+
+    def _merge_shard_calls(self, raws: Sequence[tuple[list[Any], tuple[Any, ...]]]) -> list[tuple[list[bytes], list[Any]]]:
+        """One script call per shard for many events: their markers and ops, rows shared (read/written once)."""
+        merged: dict[int, tuple[list[bytes], dict[bytes, int], list[Any]]] = {}
+        shape: tuple[Any, ...] | None = None
+        for raw, event_shape in raws:
+            shape = event_shape
+            for s, marker, guard, row_keys, ops in raw:
+                keys, index, events = merged.setdefault(s, ([self._count_keys[s]], {}, []))
+                keys.append(marker)
+                marker_at = len(keys)  # 1-based, as Lua's KEYS
+                keys.append(guard)
+                guard_at = len(keys)
+                own = {4 + i: k for i, k in enumerate(row_keys)}  # the single-event plan's key indices
+                remap: dict[int, int] = {}
+                for old, key in own.items():
+                    new = index.get(key)
+                    if new is None:
+                        keys.append(key)
+                        new = index[key] = len(keys)
+                    remap[old] = new
+                events.append([marker_at, guard_at, [[[remap[i] for i in op[0]], *op[1:]] for op in ops]])
+        if shape is None:
+            return []
+        width, initial_g, initial_t, template, guard_flag, ttl = shape
+        return [
+            (keys, [ttl, msgpack.packb([self._g, self._t, width, initial_g, initial_t, events]), template, guard_flag])
+            for keys, _, events in merged.values()
+        ]
 
     def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
         """Apply ``updates`` atomically per shard and exactly once per ``event_id``; False if already applied."""

@@ -463,3 +463,49 @@ def test_balanced_winnow_on_redis_matches_memory(make_store: StoreFactory) -> No
         np.testing.assert_allclose(got_prediction.margins, expected_prediction.margins, rtol=1e-5, atol=1e-6)
         mistakes += set(got_prediction.categories) != set(labels)
     assert mistakes < 30  # it did learn something
+
+
+@pytest.mark.parametrize("kind", ["single", "cluster"])
+def test_apply_many_equals_applying_one_by_one(kind: str, redis_url: str, redis_cluster_url: str) -> None:
+    """A worker's batch in one script per shard: same rows, counters and version as event by event.
+
+    Rows agree to float32 rounding: one by one, a row is rounded to float32 after every event; in a
+    batch, once at the end (closer to the float64 reference).
+    """
+    import uuid as _uuid
+
+    from stream_winnow.stores.base import CounterUpdate, RowUpdate, TableSpec
+    from stream_winnow.stores.redis import RedisStore
+
+    url = redis_url if kind == "single" else redis_cluster_url
+    tables = [TableSpec("positive", 2.0), TableSpec("negative", 1.0), TableSpec("keep", 1.0, per_category=False)]
+    many = RedisStore.from_url(url, f"many-{_uuid.uuid4().hex[:8]}", tables, shards=8)
+    single = RedisStore.from_url(url, f"one-{_uuid.uuid4().hex[:8]}", tables, shards=8)
+    rng = np.random.default_rng(3)
+    for store in (many, single):
+        store.ensure_categories(["a", "b", "c"])
+    batch = []
+    for e in range(40):
+        ids = rng.choice(np.arange(500, 560), size=12, replace=False).astype(np.int64)
+        columns = rng.choice(3, size=2, replace=False)
+        factors = rng.choice([0.7, 1.3], size=2)
+        updates = [
+            RowUpdate("positive", ids, columns, factors),
+            RowUpdate("negative", ids, columns, 2.0 - factors),
+            CounterUpdate("updates", {"*": 1.0}),
+        ]
+        batch.append((updates, f"e{e}"))
+    batch.append((batch[5][0], "e5"))  # a duplicate inside the batch
+    batch.append(([], "nothing"))  # an event that changed nothing: only marked
+    results = many.apply_many(batch)
+    expected = [single.apply(updates, event) for updates, event in batch]
+    assert results == expected
+    assert results[-2] is False and many.version == single.version == 40
+    assert many.applied_events(["e0", "nothing", "never"]) == [True, True, False]
+    ids = np.arange(500, 560, dtype=np.int64)
+    got, want = many.read(ids), single.read(ids)
+    for table in want:
+        np.testing.assert_allclose(got[table], want[table], rtol=1e-6)
+    assert many.counters("updates") == single.counters("updates")
+    assert many.apply_many(batch) == [False] * len(batch)  # all redelivered: nothing changes
+    np.testing.assert_array_equal(many.read(ids)["positive"], got["positive"])
