@@ -98,6 +98,10 @@ def setup_logging(fmt: str, level: str) -> None:
 @option("--shards", type=click.IntRange(1, 16384), default=16, show_default=True,
         help="Feature shards of a new model (hash tags for a Redis Cluster).")
 @option("--batch-max-docs", type=click.IntRange(min=1), default=500, show_default=True)
+@option("--fetch-max-wait-ms", type=click.IntRange(min=0), default=100, show_default=True,
+        help="How long the broker may hold a fetch for data; latency floor on brokers without long polling.")
+@option("--linger-ms", type=click.IntRange(min=0), default=5, show_default=True,
+        help="How long decisions wait to fill a produce batch.")
 @option("--poll-timeout-ms", type=click.IntRange(min=1), default=500, show_default=True)
 @option("--max-tokens-per-document", type=click.IntRange(min=1), default=10_000, show_default=True)
 @option("--max-message-bytes", type=click.IntRange(min=64), default=1_048_576, show_default=True)
@@ -131,6 +135,8 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
         ssl_cafile=flags["ssl_cafile"],
         max_poll_records=flags["batch_max_docs"],
         session_timeout_ms=flags["session_timeout_ms"],
+        fetch_max_wait_ms=flags["fetch_max_wait_ms"],
+        linger_ms=flags["linger_ms"],
     )
     return WorkerConfig(
         kafka=kafka,
