@@ -351,3 +351,29 @@ def test_switching_workers_to_an_imported_model_loses_no_document(
     late = [d for d in decisions if d.id in {x.id for x in second[100:]}]
     assert {d.model for d in late} == {new_model}
     assert open_learner(client, new_model).store.categories() == open_learner(client, service.model).store.categories()
+
+
+def test_a_redis_outage_is_retried_and_the_worker_resumes_by_itself(
+    service: Service, reuters_docs: list[LabelledDocument]
+) -> None:
+    from workers.embedded import start_redis
+
+    redis_server = start_redis()
+    port = redis_server.port
+    service.redis_url = redis_server.url
+    worker = service.start_worker(STREAM_WINNOW_LOG_LEVEL="INFO")
+    before, during = reuters_docs[:50], reuters_docs[50:100]
+    service.produce("documents", [document(d, with_labels=True) for d in before])
+    service.collect("decisions", lambda m: len({d.id for d in m}) >= len(before))
+    redis_server.stop()
+    service.produce("documents", [document(d, with_labels=False) for d in during])
+    time.sleep(4)  # the worker polls the batch, fails to reach Redis, backs off and retries it
+    assert worker.poll() is None, "the worker must not exit while Redis is down"
+    assert "redis unavailable" in service.logs()
+    redis_again = start_redis(port=port)
+    try:
+        decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= 100, timeout_s=60)
+        assert {d.id for d in decisions} >= {d.id for d in during}, service.logs()[-3000:]
+        assert worker.poll() is None
+    finally:
+        redis_again.stop()
