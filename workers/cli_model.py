@@ -32,6 +32,7 @@ from stream_winnow.learners.base import UPDATES_COUNTER
 from stream_winnow.learners.mistake_driven import KEEP_TABLE, MistakeDriven
 from stream_winnow.learners.naive_bayes import DOCS_COUNTER, NaiveBayes
 from stream_winnow.models import RedisClient, connect, open_learner
+from stream_winnow.outcomes import mistake_rates, recent_outcomes
 from stream_winnow.snapshot import (
     SNAPSHOT_FORMATS,
     copy_model,
@@ -479,6 +480,11 @@ def _model_status(client: RedisClient, model: str) -> dict[str, Any]:
         "updates": int(store.counters(UPDATES_COUNTER).get("*", 0)),
         "updates_per_category": {r["name"]: r["updates"] for r in rows},
     })  # fmt: skip
+    window = recent_outcomes(client, model)
+    out["recent_events"] = len(window)
+    out["mistake_rate_per_category"] = {
+        name: round(wrong / involved, 4) for name, (wrong, involved) in mistake_rates(window).items()
+    }
     return out
 
 
@@ -521,6 +527,8 @@ def status(redis_url: str, as_json: bool) -> None:
         click.echo(f"  updated at  {m['updated_at'] or 'not recorded'}")
         counts = ", ".join(f"{name} {n}" for name, n in m["updates_per_category"].items())
         click.echo(f"  updates     {m['updates']} documents" + (f"; per category: {counts}" if counts else ""))
+        rates = ", ".join(f"{name} {rate:.0%}" for name, rate in m["mistake_rate_per_category"].items())
+        click.echo(f"  mistakes    over the last {m['recent_events']} labelled events: {rates or 'none yet'}")
 
 
 # -- compact ---------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, Tra
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import MistakeDriven
 from stream_winnow.learners.registry import describe, from_metadata
+from stream_winnow.outcomes import Outcome, push_outcomes
 from stream_winnow.stores.base import Update
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.memory import MemoryStore
@@ -324,6 +325,7 @@ class Worker:
             local.set_d(learner.d)
         names = store.categories()
         pending: list[tuple[Sequence[Update], str | None]] = []
+        outcomes: list[Outcome] = []
         for i, (item, _) in enumerate(items):
             vector = batch.vector(i)
             margins = local.margins(vector)
@@ -338,11 +340,13 @@ class Worker:
                 local_store.apply(updates)
             for category in outcome.promoted + outcome.demoted:
                 self.metrics.mistakes.labels(category).inc()
+            outcomes.append((item.labels, outcome.promoted + outcome.demoted))
             # Applied even when empty: the event id is recorded, so a redelivery changes nothing later.
             pending.append((updates, item.event_id))
         if learner.d is None and local.d is not None:
             learner.set_d(local.d)
         applied = store.apply_many(pending)
+        push_outcomes(self.cache.client, self.config.model, outcomes)
         self.metrics.updates.inc(sum(1 for (updates, _), ok in zip(pending, applied, strict=True) if ok and updates))
         self.metrics.duplicates.inc(applied.count(False))
 
@@ -361,6 +365,7 @@ class Worker:
             updates, outcome = learner.updates_for(vector, item.labels, margins)
             for category in outcome.promoted + outcome.demoted:
                 self.metrics.mistakes.labels(category).inc()
+            push_outcomes(self.cache.client, self.config.model, [(item.labels, outcome.promoted + outcome.demoted)])
             if learner.store.apply(updates, event_id=item.event_id):
                 self.metrics.updates.inc(bool(updates))
             else:

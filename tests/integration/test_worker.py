@@ -186,6 +186,11 @@ def test_labelled_events_sent_twice_change_the_weights_once(
     service.produce("labels", events)
     version_once, weights_once = settled()
     assert version_once > 0
+    from stream_winnow.outcomes import mistake_rates, recent_outcomes
+
+    window = recent_outcomes(client, service.model)
+    assert len(window) == len(docs)  # one outcome per labelled event, for `status`
+    assert any(wrong for wrong, _ in mistake_rates(window).values())
     service.produce("labels", events)  # the same events again: a redelivery, or a producer retry
     version_twice, weights_twice = settled()
     assert version_twice == version_once
