@@ -89,9 +89,19 @@ class FeatureBatch:
     indptr: np.ndarray  # int64, n_documents + 1
     ids: np.ndarray  # int64
     strengths: np.ndarray  # float64
+    # The batch's distinct ids and, per entry of ``ids``, its position among them (as np.unique's
+    # return_inverse gives, without the sort); None means "compute them when needed".
+    distinct: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return int(self.indptr.shape[0] - 1)
+
+    def distinct_ids(self) -> tuple[np.ndarray, np.ndarray]:
+        """(distinct ids, inverse): ``distinct_ids()[0][inverse] == ids``."""
+        if self.distinct is not None:
+            return self.distinct
+        unique, inverse = np.unique(self.ids, return_inverse=True)
+        return unique, inverse
 
     def vector(self, i: int) -> FeatureVector:
         start, end = self.indptr[i], self.indptr[i + 1]
@@ -189,11 +199,9 @@ class Featurizer:
             self._local, self._ids = {}, []
             self._id_array = np.zeros(0, dtype=np.int64)
         flat = list(chain.from_iterable(token_lists))
-        local = list(map(self._local.get, flat))
-        if None in local:
-            for token in set(flat).difference(self._local):
-                self._index(token)
-            local = list(map(self._local.__getitem__, flat))
+        for token in set(flat).difference(self._local):
+            self._index(token)
+        local = list(map(self._local.__getitem__, flat))
         if len(self._id_array) != len(self._ids):
             self._id_array = np.array(self._ids, dtype=np.int64)
         token_indptr = np.zeros(n + 1, dtype=np.int64)
@@ -202,6 +210,14 @@ class Featurizer:
             token_indptr, np.array(local, dtype=np.int64), max(len(self._ids), 1)
         )
         ids = self._id_array[distinct]
+        # Distinct ids of the whole batch from the dense token indices: O(entries), no sort.
+        vocabulary = len(self._ids)
+        present = np.zeros(vocabulary, dtype=bool)
+        present[distinct] = True
+        used = np.flatnonzero(present)
+        position = np.empty(vocabulary, dtype=np.int64)
+        position[used] = np.arange(len(used))
+        batch_distinct = (self._id_array[used], position[distinct])
         if config.strength == "binary":
             strengths = np.ones(len(ids))
         elif config.strength == "sqrt":
@@ -212,4 +228,4 @@ class Featurizer:
             documents = np.repeat(np.arange(n), np.diff(indptr))
             totals = np.bincount(documents, weights=strengths, minlength=n)
             strengths = strengths / totals[documents]
-        return FeatureBatch(indptr, ids, strengths)
+        return FeatureBatch(indptr, ids, strengths, batch_distinct)

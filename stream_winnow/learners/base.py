@@ -111,7 +111,7 @@ class Learner(ABC):
         The batch's distinct features are read once (one Redis round trip for a
         worker's micro-batch); each document's strengths become a sparse row over them.
         """
-        unique, inverse = np.unique(batch.ids, return_inverse=True)
+        unique, inverse = batch.distinct_ids()
         strengths = sparse.csr_matrix(
             (batch.strengths, inverse.astype(np.int64), batch.indptr), shape=(len(batch), len(unique))
         )

@@ -53,7 +53,7 @@ def prepare(learner: Learner, batch: FeatureBatch, labels: Sequence[Sequence[str
     """Resolve every document's features to store rows (allocating them) and its labels to columns."""
     store = learner.store
     assert isinstance(store, MemoryStore)
-    rows = store.allocate_rows(batch.ids).astype(np.int64)
+    rows = store.allocate_rows(batch.ids, batch.distinct).astype(np.int64)
     label_lengths = np.fromiter((len(ls) for ls in labels), dtype=np.int64, count=len(labels))
     label_indptr = np.zeros(len(labels) + 1, dtype=np.int64)
     np.cumsum(label_lengths, out=label_indptr[1:])

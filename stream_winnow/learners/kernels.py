@@ -60,6 +60,7 @@ def run_stream(  # noqa: PLR0913 - a compiled kernel takes flat arrays, not obje
     scores = np.zeros(n_categories)
     truth = np.zeros(n_categories, dtype=np.bool_)
     action = np.zeros(n_categories, dtype=np.int8)  # +1 promote, -1 demote
+    mistaken = np.zeros(n_categories, dtype=np.int64)  # the columns with an action, in order
     record = margins_out.shape[0] > 0
     mistakes = 0
     for position in range(order.shape[0]):
@@ -87,7 +88,7 @@ def run_stream(  # noqa: PLR0913 - a compiled kernel takes flat arrays, not obje
         truth[:] = False
         for j in range(label_indptr[i], label_indptr[i + 1]):
             truth[label_columns[j]] = True
-        any_mistake = False
+        n_mistaken = 0
         for c in range(n_categories):
             action[c] = 0
             if born[c] > position:
@@ -97,9 +98,10 @@ def run_stream(  # noqa: PLR0913 - a compiled kernel takes flat arrays, not obje
             elif not truth[c] and scores[c] >= theta_minus:
                 action[c] = -1
             if action[c] != 0:
-                any_mistake = True
+                mistaken[n_mistaken] = c
+                n_mistaken += 1
                 updates_out[c] += 1
-        if not any_mistake:
+        if n_mistaken == 0:
             continue
         mistakes += 1
         for j in range(start, end):
@@ -107,10 +109,9 @@ def run_stream(  # noqa: PLR0913 - a compiled kernel takes flat arrays, not obje
             if weights[r, keep_offset] <= 0.0:
                 continue
             s = strengths[j]
-            for c in range(n_categories):
+            for k in range(n_mistaken):
+                c = mistaken[k]
                 a = action[c]
-                if a == 0:
-                    continue
                 if rule == BALANCED_WINNOW:
                     p = weights[r, first_offset + c] * (alpha if a > 0 else beta)
                     n = weights[r, second_offset + c] * (beta if a > 0 else alpha)

@@ -195,9 +195,14 @@ class MemoryStore(WeightStore):
         self._metadata.update(values)
 
     # -- for the compiled loops (learners/compiled.py) --------------------------------------------------
-    def allocate_rows(self, feature_ids: np.ndarray) -> np.ndarray:
-        """Row index per feature, creating rows (at initial values) for the features not stored yet."""
-        unique, inverse = np.unique(feature_ids, return_inverse=True)
+    def allocate_rows(
+        self, feature_ids: np.ndarray, distinct: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> np.ndarray:
+        """Row index per feature, creating rows (at initial values) for the features not stored yet.
+
+        ``distinct`` = (distinct ids, inverse) when the caller has them (``FeatureBatch.distinct``).
+        """
+        unique, inverse = distinct if distinct is not None else np.unique(feature_ids, return_inverse=True)
         return self._allocate(unique)[inverse]
 
     def packed(self) -> tuple[np.ndarray, dict[str, int]]:
