@@ -40,8 +40,10 @@ from stream_winnow.codec import (
 )
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, TransportError
+from stream_winnow.features import FeatureBatch, FeatureVector
+from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner
-from stream_winnow.learners.mistake_driven import MistakeDriven
+from stream_winnow.learners.mistake_driven import KEEP_TABLE, MistakeDriven
 from stream_winnow.learners.registry import describe, from_metadata
 from stream_winnow.outcomes import Outcome, push_outcomes
 from stream_winnow.stores.base import Update
@@ -310,20 +312,82 @@ class Worker:
             return
         store = learner.store
         batch = learner.featurizer.transform_many([tokens for _, tokens in items])
-        unique = np.unique(batch.ids)
+        unique = batch.distinct_ids()[0]
         started = time.perf_counter()
         values = store.read(unique)
         version = store.version
         self.metrics.redis_seconds.observe(time.perf_counter() - started)
-        local_store = MemoryStore(learner.table_specs())
+        local_store = MemoryStore(learner.table_specs(), rows=len(unique) + 1, categories=len(store.categories()))
         local_store.ensure_categories(store.categories())
         local_store.load_rows(unique, values)
         local = from_metadata(self._learner_spec, store=local_store)
         assert isinstance(local, MistakeDriven)
         local.featurizer = learner.featurizer
+        if learner.d is None and len(batch):  # a new model: d from its first document, as fix_d does
+            learner.set_d(max(batch.vector(0).total_strength, 1e-9))
         if learner.d is not None:
             local.set_d(learner.d)
         names = store.categories()
+        if compiled.supports(local):
+            pending, outcomes = self._learn_compiled(local, batch, items, names, version)
+        else:
+            pending, outcomes = self._learn_in_python(local, batch, items, names, version)
+        applied = store.apply_many(pending)
+        push_outcomes(self.cache.client, self.config.model, outcomes)
+        self.metrics.updates.inc(sum(1 for (updates, _), ok in zip(pending, applied, strict=True) if ok and updates))
+        self.metrics.duplicates.inc(applied.count(False))
+
+    def _learn_compiled(
+        self,
+        local: MistakeDriven,
+        batch: FeatureBatch,
+        items: list[tuple[_Labelled, tuple[str, ...]]],
+        names: Sequence[str],
+        version: int,
+    ) -> tuple[list[tuple[Sequence[Update], str | None]], list[Outcome]]:
+        """The batch through the compiled loop; each item's update rebuilt from its recorded actions."""
+        stream = compiled.prepare(local, batch, [item.labels for item, _ in items])
+        actions = np.zeros((len(items), len(names)), dtype=np.int8)
+        _, margins = compiled.run(local, stream, record_margins=True, actions=actions)
+        distinct, inverse = batch.distinct_ids()
+        keep = (local.store.read(distinct)[KEEP_TABLE][:, 0] > 0)[inverse]
+        pending: list[tuple[Sequence[Update], str | None]] = []
+        outcomes: list[Outcome] = []
+        mistakes_before = 0
+        for i, (item, _) in enumerate(items):
+            row = margins[i]
+            if item.decide:
+                self._send_decision(item.document_id, local.decide(row, names), names, _plain_scores(row),
+                                    version + mistakes_before, item.ts_ms)  # fmt: skip
+                self.metrics.documents.inc()
+            promote = np.flatnonzero(actions[i] > 0)
+            demote = np.flatnonzero(actions[i] < 0)
+            wrong = tuple(names[c] for c in promote.tolist()) + tuple(names[c] for c in demote.tolist())
+            updates: list[Update] = []
+            if wrong:
+                mistakes_before += 1
+                start, end = batch.indptr[i], batch.indptr[i + 1]
+                kept = keep[start:end]
+                vector = FeatureVector(batch.ids[start:end][kept], batch.strengths[start:end][kept])
+                updates = [*(local.rule_updates(vector, promote, demote) if len(vector) else []),
+                           *local.bookkeeping(wrong)]  # fmt: skip
+                for category in wrong:
+                    self.metrics.mistakes.labels(category).inc()
+            outcomes.append((item.labels, wrong))
+            # Applied even when empty: the event id is recorded, so a redelivery changes nothing later.
+            pending.append((updates, item.event_id))
+        return pending, outcomes
+
+    def _learn_in_python(
+        self,
+        local: MistakeDriven,
+        batch: FeatureBatch,
+        items: list[tuple[_Labelled, tuple[str, ...]]],
+        names: Sequence[str],
+        version: int,
+    ) -> tuple[list[tuple[Sequence[Update], str | None]], list[Outcome]]:
+        """The reference path, one item at a time (rules the compiled loop does not know)."""
+        local_store = local.store
         pending: list[tuple[Sequence[Update], str | None]] = []
         outcomes: list[Outcome] = []
         for i, (item, _) in enumerate(items):
@@ -343,12 +407,7 @@ class Worker:
             outcomes.append((item.labels, outcome.promoted + outcome.demoted))
             # Applied even when empty: the event id is recorded, so a redelivery changes nothing later.
             pending.append((updates, item.event_id))
-        if learner.d is None and local.d is not None:
-            learner.set_d(local.d)
-        applied = store.apply_many(pending)
-        push_outcomes(self.cache.client, self.config.model, outcomes)
-        self.metrics.updates.inc(sum(1 for (updates, _), ok in zip(pending, applied, strict=True) if ok and updates))
-        self.metrics.duplicates.inc(applied.count(False))
+        return pending, outcomes
 
     def _learn_one_by_one(self, items: list[tuple[_Labelled, tuple[str, ...]]]) -> None:
         """Naive Bayes (its scores need model-wide counts): predict and learn each item against Redis."""

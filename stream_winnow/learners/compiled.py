@@ -70,11 +70,14 @@ def run(
     learn: bool = True,
     record_margins: bool = False,
     new_categories: dict[str, int] | None = None,
+    actions: np.ndarray | None = None,
 ) -> tuple[int, np.ndarray]:
     """Predict and learn the documents of ``stream`` in ``order``; returns (mistaken documents, margins).
 
     ``new_categories`` maps a category created by this stream to the position
     in ``order`` of its first document (categories absent from it already existed).
+    ``actions`` (int8, documents x categories, zeros), when given, receives each document's
+    promotions (+1) and demotions (-1).
     """
     store = learner.store
     assert isinstance(store, MemoryStore)
@@ -97,7 +100,7 @@ def run(
         order, stream.indptr, stream.rows, stream.strengths, stream.label_indptr, stream.label_columns, born,
         weights, offsets[first], offsets[second], offsets[KEEP_TABLE], n, rule, alpha, beta,
         learner.theta, learner.theta_minus, learner.theta_plus, learner.theta / d, bounds.low, bounds.high,
-        learn, margins, updates,
+        learn, margins, updates, actions if actions is not None else np.zeros((0, 0), dtype=np.int8),
     )  # fmt: skip
     if mistakes:
         amounts = {names[c]: float(updates[c]) for c in np.flatnonzero(updates).tolist()}

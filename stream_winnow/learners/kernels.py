@@ -51,17 +51,20 @@ def run_stream(  # noqa: PLR0913 - a compiled kernel takes flat arrays, not obje
     learn: bool,
     margins_out: np.ndarray,
     updates_out: np.ndarray,
+    actions_out: np.ndarray,
 ) -> int:
     """Predict (into ``margins_out`` if it has rows) then, if ``learn``, learn each document in ``order``.
 
     Returns the number of documents that caused an update; ``updates_out[c]``
-    counts updates per category.
+    counts updates per category; ``actions_out[i, c]`` (when it has rows) gets +1/-1 for each
+    promotion/demotion of document ``i``, so a caller can rebuild each document's update.
     """
     scores = np.zeros(n_categories)
     truth = np.zeros(n_categories, dtype=np.bool_)
     action = np.zeros(n_categories, dtype=np.int8)  # +1 promote, -1 demote
     mistaken = np.zeros(n_categories, dtype=np.int64)  # the columns with an action, in order
     record = margins_out.shape[0] > 0
+    record_actions = actions_out.shape[0] > 0
     mistakes = 0
     for position in range(order.shape[0]):
         i = order[position]
@@ -101,6 +104,8 @@ def run_stream(  # noqa: PLR0913 - a compiled kernel takes flat arrays, not obje
                 mistaken[n_mistaken] = c
                 n_mistaken += 1
                 updates_out[c] += 1
+                if record_actions:
+                    actions_out[i, c] = action[c]
         if n_mistaken == 0:
             continue
         mistakes += 1

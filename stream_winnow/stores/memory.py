@@ -25,7 +25,10 @@ _INITIAL_CATEGORIES = 16
 class MemoryStore(WeightStore):
     """In-process store for the library, tests and the in-process benchmarks."""
 
-    def __init__(self, tables: Sequence[TableSpec]) -> None:
+    def __init__(
+        self, tables: Sequence[TableSpec], rows: int = _INITIAL_ROWS, categories: int = _INITIAL_CATEGORIES
+    ) -> None:
+        """``rows`` and ``categories``: initial capacities (both grow on demand)."""
         super().__init__(tables)
         self._categories: list[str] = []
         self._column: dict[str, int] = {}
@@ -35,7 +38,7 @@ class MemoryStore(WeightStore):
         self._capacity_categories = 0
         self._offsets: dict[str, int] = {}
         self._array = np.zeros((0, 0))
-        self._layout(_INITIAL_ROWS, _INITIAL_CATEGORIES)
+        self._layout(max(rows, 1), max(categories, 1))
         self._applied_events: set[str] = set()
         self._version = 0
         self._metadata: dict[str, str] = {}

@@ -43,6 +43,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from itertools import repeat
 from operator import is_not
 from typing import Any
@@ -71,6 +72,8 @@ _DEFAULT_CONNECT_TIMEOUT_S = 2.0
 _AUTO_EVENT_TTL_S = 600
 # Keys asked per SCAN call: large enough that a scan of a million keys takes ~1000 round trips.
 _SCAN_COUNT = 1000
+# Row keys remembered per store (about 100 bytes each): far more than a model's features, bounded anyway.
+_ROW_KEY_CACHE = 2_000_000
 # Keys per DEL in drop_model.
 _DELETE_BATCH = 1000
 # A script error that means "this model name holds another model" rather than "Redis is unwell".
@@ -78,17 +81,18 @@ _LAYOUT_ERROR = "SWLAYOUT"
 # Redis errors that retrying later can fix (the rest are bugs and propagate as they are).
 _RETRIABLE_REPLIES = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
 
-# KEYS[1] shard row count; the other keys are events' markers and feature rows, named by index in the plan.
-# ARGV[1] marker TTL (s), ARGV[2] msgpack {G, T, width, initial globals, initial per-category, events},
-# ARGV[3] the initial row (packed float32, width floats) used to pad short rows, ARGV[4] '1': check guards.
-# event = {index of its marker in this shard, index of its model-level marker (the guard), ops}, in order;
+# KEYS[1] shard row count, then feature rows, then events' markers, each named by its index in the plan.
+# ARGV[1] msgpack {G, T, width, initial globals, initial per-category, events},
+# ARGV[2] the initial row (packed float32, width floats) used to pad short rows.
+# event = {index of its marker in this shard, index of its model-level marker (the guard, checked on a
+# single node; 0: none), ops, marker TTL in s}, in order;
 # an event whose marker is set (or, on a single node, whose guard is) is skipped whole. Each row is read
 # once and written once per call, however many events touch it: that is what makes a batch cheap.
 # op = {key indices, float positions, multiply (per position, or empty), add (k*m row-major, or empty), low, high}
 _APPLY_SHARD_LUA = """
-local plan = cmsgpack.unpack(ARGV[2])
+local plan = cmsgpack.unpack(ARGV[1])
 local G, T, width, init_g, init_t, events = plan[1], plan[2], plan[3], plan[4], plan[5], plan[6]
-local tmpl = ARGV[3]
+local tmpl = ARGV[2]
 local tmpl_n = #tmpl / 4
 local function initial(i)
   if i < G then return init_g[i + 1] end
@@ -97,8 +101,8 @@ end
 local rows, order = {}, {}
 local applied = 0
 for _, event in ipairs(events) do
-local skip = ARGV[4] == '1' and redis.call('EXISTS', KEYS[event[2]]) == 1
-if not skip and not redis.call('SET', KEYS[event[1]], '1', 'NX', 'EX', ARGV[1]) then skip = true end
+local skip = event[2] > 0 and redis.call('EXISTS', KEYS[event[2]]) == 1
+if not skip and not redis.call('SET', KEYS[event[1]], '1', 'NX', 'EX', event[4]) then skip = true end
 if not skip then
 applied = applied + 1
 for _, op in ipairs(event[3]) do
@@ -180,6 +184,28 @@ for i, amounts in ipairs(plan) do
   for j = 1, #amounts, 2 do redis.call('HINCRBYFLOAT', KEYS[i + 2], amounts[j], amounts[j + 1]) end
 end
 return redis.call('INCR', KEYS[2])
+"""
+
+# The meta step of many events in one call. KEYS[1] version, then markers and counter hashes by index.
+# ARGV[1] msgpack list of events {marker index, TTL (s), '1' if it only marks, {{counter index, amounts}}}.
+# Returns per event: 0 already applied, -1 only marked, else the new version.
+_APPLY_METAS_LUA = """
+local events = cmsgpack.unpack(ARGV[1])
+local out = {}
+for i, ev in ipairs(events) do
+  if not redis.call('SET', KEYS[ev[1]], '1', 'NX', 'EX', ev[2]) then
+    out[i] = 0
+  elseif ev[3] == '1' then
+    out[i] = -1
+  else
+    for _, entry in ipairs(ev[4]) do
+      local amounts = entry[2]
+      for j = 1, #amounts, 2 do redis.call('HINCRBYFLOAT', KEYS[entry[1]], amounts[j], amounts[j + 1]) end
+    end
+    out[i] = redis.call('INCR', KEYS[1])
+  end
+end
+return out
 """
 
 # KEYS[1] category list, KEYS[2] name -> column hash, KEYS[3] layout.
@@ -281,12 +307,11 @@ class RedisStore(WeightStore):
 
         self._apply_shard = client.register_script(_APPLY_SHARD_LUA)
         self._apply_meta = client.register_script(_APPLY_META_LUA)
+        self._apply_metas = client.register_script(_APPLY_METAS_LUA)
         self._ensure = client.register_script(_ENSURE_CATEGORIES_LUA)
         self._delete = client.register_script(_DELETE_LUA)
 
-        # What the last _plan call built, for apply_many to merge events per shard.
-        self._last_raw: list[tuple[int, bytes, bytes, list[bytes], list[Any]]] = []
-        self._last_shape: tuple[Any, ...] = ()
+        self._row_keys_cache: dict[int, bytes] = {}
         self._categories: list[str] = []
         self._categories_tuple: tuple[str, ...] = ()
         self._column: dict[str, int] = {}
@@ -485,12 +510,23 @@ class RedisStore(WeightStore):
         self, updates: Sequence[Update], event_id: str | None
     ) -> tuple[list[tuple[list[bytes], list[Any]]], tuple[list[Any], list[Any]]]:
         """The calls ``apply`` makes: (keys, args) per shard script, then the meta script's (keys, args)."""
+        shards: dict[int, _ShardCall] = {}
+        meta_call = self._accumulate(shards, updates, event_id)
+        return self._shard_calls(shards), meta_call
+
+    def _accumulate(
+        self, shards: dict[int, _ShardCall], updates: Sequence[Update], event_id: str | None
+    ) -> tuple[list[Any], list[Any]]:
+        """Add one event's ops to the per-shard calls ``shards``; returns its meta script call (keys, args)."""
         ttl = self.event_ttl_s if event_id is not None else _AUTO_EVENT_TTL_S
         event = event_id if event_id is not None else f"auto:{uuid.uuid4().hex}"
         marker = b"ev:" + event.encode()
-        shard_keys: dict[int, dict[bytes, int]] = {}
+        meta_marker = (self._meta_prefix + "ev:" + event).encode()
         shard_ops: dict[int, list[list[Any]]] = {}
         counters: dict[str, list[str]] = {}
+        row_key = self._row_key
+        # BW's two tables update the same features: group them by shard once per ids array.
+        grouped: tuple[Any, list[tuple[int, Any, list[int]]]] | None = None
         for update in updates:
             if isinstance(update, CounterUpdate):
                 amounts = counters.setdefault(update.name, [])
@@ -524,45 +560,65 @@ class RedisStore(WeightStore):
                 positions = [self._slot[spec.name]] if len(columns) else []
             mul_list = [] if multiply is None else multiply.tolist()
             low, high = float(spec.bounds.low), float(spec.bounds.high)
-            shard_of = (ids % self.shards).tolist()
-            id_list = ids.tolist()
-            groups: dict[int, list[int]] = {}
-            for i, s in enumerate(shard_of):
-                groups.setdefault(s, []).append(i)
-            for s, members in groups.items():
-                known = shard_keys.setdefault(s, {})
-                indices = []
-                for i in members:
-                    row_key = self._shard_prefix[s] + b"f:%d" % id_list[i]
-                    index = known.get(row_key)
-                    if index is None:
-                        index = known[row_key] = len(known) + 4  # after count, shard marker, model marker
-                    indices.append(index)
+            if grouped is None or grouped[0] is not update.feature_ids or len(keep_ids) != len(update.feature_ids):
+                shard_of = ids % self.shards
+                order = np.argsort(shard_of, kind="stable")
+                cuts = np.flatnonzero(np.diff(shard_of[order])) + 1
+                id_list = ids.tolist()
+                groups = []
+                for members in np.split(order, cuts) if len(order) else []:
+                    s = int(shard_of[members[0]])
+                    call = shards.get(s)
+                    if call is None:
+                        call = shards[s] = _ShardCall()
+                    rows = call.rows
+                    indices = [rows.setdefault(row_key(s, id_list[i]), len(rows) + 2) for i in members.tolist()]
+                    groups.append((s, members, indices))
+                grouped = (update.feature_ids, groups)
+            for s, members, indices in grouped[1]:
                 add_list = [] if add is None else add[members].ravel().tolist()
                 shard_ops.setdefault(s, []).append([indices, positions, mul_list, add_list, low, high])
+        # On a single node each shard script also checks the model-level marker (an event fully applied
+        # before, with other updates, must not touch new shards); a Cluster checks it beforehand instead.
+        guarded = not self.is_cluster and event_id is not None
+        for s, ops in shard_ops.items():
+            shard_marker = self._shard_prefix[s] + marker
+            shards[s].events.append((shard_marker, meta_marker if guarded else None, ops, ttl))
+        meta_keys: list[Any] = [meta_marker, self._version_key]
+        meta_keys += [self._meta_prefix + "counter:" + name for name in counters]
+        # ARGV[3] "1": the apply has no updates at all; the event is only marked.
+        return meta_keys, [ttl, msgpack.packb(list(counters.values())), "0" if updates else "1"]
+
+    def _row_key(self, shard: int, feature_id: int) -> bytes:
+        key = self._row_keys_cache.get(feature_id)
+        if key is None:
+            if len(self._row_keys_cache) > _ROW_KEY_CACHE:
+                self._row_keys_cache.clear()
+            key = self._row_keys_cache[feature_id] = self._shard_prefix[shard] + b"f:%d" % feature_id
+        return key
+
+    def _shard_calls(self, shards: dict[int, _ShardCall]) -> list[tuple[list[bytes], list[Any]]]:
+        """(keys, args) of one script call per shard: KEYS = [row count, rows..., markers...]."""
         n_categories = len(self._categories)
         width = self._g + n_categories * self._t
         template = self._initial_row(n_categories).astype("<f4").tobytes()
         initial_g = [float(s.initial) for s in self._globals]
         initial_t = [float(s.initial) for s in self._per_category]
-        meta_marker = (self._meta_prefix + "ev:" + event).encode()
-        # On a single node each shard script also checks the model-level marker (an event fully applied
-        # before, with other updates, must not touch new shards); a Cluster checks it beforehand instead.
-        guard = "0" if self.is_cluster or event_id is None else "1"
-        shard_calls: list[tuple[list[bytes], list[Any]]] = []
-        self._last_raw = []
-        for s, ops in shard_ops.items():
-            plan = msgpack.packb([self._g, self._t, width, initial_g, initial_t, [[2, 3, ops]]])
-            shard_marker = self._shard_prefix[s] + marker
-            keys = [self._count_keys[s], shard_marker, shard_marker if self.is_cluster else meta_marker]
-            shard_calls.append(([*keys, *shard_keys[s]], [ttl, plan, template, guard]))
-            self._last_raw.append((s, keys[1], keys[2], list(shard_keys[s]), ops))
-        self._last_shape = (width, initial_g, initial_t, template, guard, ttl)
-        meta_keys: list[Any] = [meta_marker, self._version_key]
-        meta_keys += [self._meta_prefix + "counter:" + name for name in counters]
-        # ARGV[3] "1": the apply has no updates at all; the event is only marked.
-        meta_call = (meta_keys, [ttl, msgpack.packb(list(counters.values())), "0" if updates else "1"])
-        return shard_calls, meta_call
+        calls = []
+        for s, call in shards.items():
+            keys: list[bytes] = [self._count_keys[s], *call.rows]
+            events = []
+            for shard_marker, guard, ops, ttl in call.events:
+                keys.append(shard_marker)
+                marker_at = len(keys)
+                guard_at = 0
+                if guard is not None:
+                    keys.append(guard)
+                    guard_at = len(keys)
+                events.append([marker_at, guard_at, ops, ttl])
+            plan = msgpack.packb([self._g, self._t, width, initial_g, initial_t, events])
+            calls.append((keys, [plan, template]))
+        return calls
 
     def _run_scripts(self, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
         """EVALSHA each (keys, args) in one pipeline; loads the script and resends on NOSCRIPT."""
@@ -608,10 +664,9 @@ class RedisStore(WeightStore):
             return []
         keys = [(self._meta_prefix + "ev:" + e).encode() for e in event_ids]
         with _store_errors("checking applied events"):
-            pipe = self.client.pipeline(transaction=False) if not self.is_cluster else self.client.pipeline()
-            for key in keys:
-                pipe.execute_command("EXISTS", key, **self._route(key))
-            return [bool(n) for n in pipe.execute()]
+            # All markers share the model's hash tag: one MGET, on one node of a Cluster too.
+            values = self.client.execute_command("MGET", *keys, **self._route(keys[0]))
+        return [value is not None for value in values]
 
     def apply_many(self, batch: Sequence[tuple[Sequence[Update], str | None]]) -> list[bool]:
         """Every (updates, event_id) of a worker's batch in two round trips: all shard scripts, then all metas.
@@ -620,52 +675,21 @@ class RedisStore(WeightStore):
         """
         if not batch:
             return []
-        plans = []
-        raws = []
-        for updates, event_id in batch:
-            plans.append(self._plan(updates, event_id))
-            raws.append((self._last_raw, self._last_shape))
         skip = [False] * len(batch)
         if self.is_cluster:
             ids = [(i, e) for i, (_, e) in enumerate(batch) if e is not None]
             for (i, _), done in zip(ids, self.applied_events([e for _, e in ids]), strict=True):
                 skip[i] = done
+        shards: dict[int, _ShardCall] = {}
+        metas = [self._accumulate(shards, updates, event_id)
+                 for (updates, event_id), s in zip(batch, skip, strict=True) if not s]  # fmt: skip
         with _store_errors("applying updates"):
-            shard_calls = self._merge_shard_calls([raw for raw, s in zip(raws, skip, strict=True) if not s])
+            shard_calls = self._shard_calls(shards)
             if shard_calls:
                 self._run_scripts(self._apply_shard, shard_calls)
-            metas = [meta for (_, meta), s in zip(plans, skip, strict=True) if not s]
-            replies = iter(self._run_scripts(self._apply_meta, metas) if metas else [])
+            replies = iter(self._run_scripts(self._apply_metas, [_metas_call(self._version_key, metas)])[0]
+                           if metas else [])  # fmt: skip
         return [False if s else bool(next(replies)) for s in skip]
-
-    def _merge_shard_calls(self, raws: Sequence[tuple[list[Any], tuple[Any, ...]]]) -> list[tuple[list[bytes], list[Any]]]:
-        """One script call per shard for many events: their markers and ops, rows shared (read/written once)."""
-        merged: dict[int, tuple[list[bytes], dict[bytes, int], list[Any]]] = {}
-        shape: tuple[Any, ...] | None = None
-        for raw, event_shape in raws:
-            shape = event_shape
-            for s, marker, guard, row_keys, ops in raw:
-                keys, index, events = merged.setdefault(s, ([self._count_keys[s]], {}, []))
-                keys.append(marker)
-                marker_at = len(keys)  # 1-based, as Lua's KEYS
-                keys.append(guard)
-                guard_at = len(keys)
-                own = {4 + i: k for i, k in enumerate(row_keys)}  # the single-event plan's key indices
-                remap: dict[int, int] = {}
-                for old, key in own.items():
-                    new = index.get(key)
-                    if new is None:
-                        keys.append(key)
-                        new = index[key] = len(keys)
-                    remap[old] = new
-                events.append([marker_at, guard_at, [[[remap[i] for i in op[0]], *op[1:]] for op in ops]])
-        if shape is None:
-            return []
-        width, initial_g, initial_t, template, guard_flag, ttl = shape
-        return [
-            (keys, [ttl, msgpack.packb([self._g, self._t, width, initial_g, initial_t, events]), template, guard_flag])
-            for keys, _, events in merged.values()
-        ]
 
     def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
         """Apply ``updates`` atomically per shard and exactly once per ``event_id``; False if already applied."""
@@ -796,6 +820,33 @@ class RedisStore(WeightStore):
         self._categories, self._column, self._categories_tuple = [], {}, ()
         self._categories_checked = float("-inf")
         return deleted
+
+
+def _metas_call(version_key: str, metas: Sequence[tuple[list[Any], list[Any]]]) -> tuple[list[Any], list[Any]]:
+    """Many events' meta calls (as ``_accumulate`` returns them) as one call of ``_APPLY_METAS_LUA``."""
+    keys: list[Any] = [version_key]
+    index: dict[Any, int] = {}
+    events = []
+    for meta_keys, (ttl, counters, mark_only) in metas:
+        keys.append(meta_keys[0])
+        marker_at = len(keys)
+        entries = []
+        for counter_key, amounts in zip(meta_keys[2:], msgpack.unpackb(counters), strict=True):
+            at = index.get(counter_key)
+            if at is None:
+                keys.append(counter_key)
+                at = index[counter_key] = len(keys)
+            entries.append([at, amounts])
+        events.append([marker_at, ttl, mark_only, entries])
+    return keys, [msgpack.packb(events)]
+
+
+@dataclass
+class _ShardCall:
+    """One shard's script call being built: its rows (key -> 1-based KEYS index) and its events in order."""
+
+    rows: dict[bytes, int] = field(default_factory=dict)
+    events: list[tuple[bytes, bytes | None, list[Any], int]] = field(default_factory=list)
 
 
 def _text(value: bytes | str) -> str:
