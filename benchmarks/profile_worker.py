@@ -1,0 +1,91 @@
+"""Profile one worker's batch processing in process: ``python -m benchmarks.profile_worker learn|score``.
+
+Starts the embedded broker and Redis, trains the default Balanced Winnow on the ModApte training split,
+loads it into Redis, and runs ``Worker.process`` over 40 batches of 500 prepared records under cProfile:
+``score`` feeds unlabelled documents, ``learn`` labelled events with tokens whose label is a category the
+document does not have (mostly mistakes). Offsets are not committed (there is no consumer), everything
+else is the real path: decoding, Redis reads and scripts, decisions produced to the broker. Prints
+records/s under the profiler and the top functions by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+from collections.abc import Mapping
+
+import msgpack
+
+from stream_winnow.datasets import read_modapte
+from stream_winnow.document_cache import DocumentCache
+from stream_winnow.learners import build_learner, describe
+from stream_winnow.models import connect, open_learner
+from stream_winnow.snapshot import copy_model
+from stream_winnow.stores.redis import RedisStore
+from stream_winnow.training import fit
+from workers.config import WorkerConfig
+from workers.embedded import create_topics, start_broker, start_redis
+from workers.transport import KafkaSettings, Record, make_producer
+from workers.worker import Worker
+
+BATCH = 500
+BATCHES = 40
+
+
+class _NoCommit:
+    """Stands in for the consumer: the profile is about processing, not the group protocol."""
+
+    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_worker", description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=["learn", "score"])
+    parser.add_argument("--source", default="../shared/datasets/reuters21578.tar.gz")
+    parser.add_argument("--client", choices=["kafka-python", "confluent"], default="confluent")
+    parser.add_argument("--top", type=int, default=20)
+    args = parser.parse_args()
+    split = read_modapte(args.source)
+    with start_broker() as broker, start_redis() as server:
+        create_topics(broker.bootstrap_servers, {"decisions": 4, "dead-letters": 1})
+        learner = build_learner("balanced-winnow")
+        fit(learner, split.train)
+        learner.store.set_metadata({**describe(learner), "shards": "16"})
+        client = connect(server.url)
+        copy_model(learner.store, RedisStore(client, "profile", learner.table_specs(), 16), replace=True)
+        config = WorkerConfig(KafkaSettings(broker.bootstrap_servers), server.url, model="profile",
+                              kafka_client=args.client)  # fmt: skip
+        worker = Worker(config, _NoCommit(), make_producer(config.kafka, args.client),  # type: ignore[arg-type]
+                        open_learner(client, "profile"), DocumentCache(client, "profile"))  # fmt: skip
+        docs = (split.train + split.test) * 2
+        categories = list(split.categories)
+        batches = []
+        for start in range(0, BATCH * (BATCHES + 1), BATCH):
+            records = []
+            for i, doc in enumerate(docs[start : start + BATCH]):
+                n = start + i
+                if args.what == "score":
+                    body = {"id": f"d{n}", "tokens": list(doc.tokens)}
+                    records.append(Record("documents", 0, n, msgpack.packb(body)))
+                else:
+                    wrong = [c for c in categories if c not in doc.labels][:1]
+                    body = {"event_id": f"e{n}", "id": f"d{n}", "labels": wrong, "tokens": list(doc.tokens)}
+                    records.append(Record("labels", 0, n, msgpack.packb(body)))
+            batches.append(records)
+        worker.process(batches[0])  # warm-up: compiled code, connections
+        profiler = cProfile.Profile()
+        started = time.perf_counter()
+        profiler.enable()
+        for records in batches[1:]:
+            worker.process(records)
+        profiler.disable()
+        seconds = time.perf_counter() - started
+        print(f"{args.what}: {BATCH * BATCHES / seconds:,.0f} records/s under cProfile ({args.client})")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()
