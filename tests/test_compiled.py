@@ -8,7 +8,7 @@ margins, weights, mistake counts, counters and versions must agree.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -20,7 +20,8 @@ from stream_winnow.evaluation import runs
 from stream_winnow.evaluation.runs import holdout, prequential
 from stream_winnow.learners import MistakeDriven, build_learner, compiled
 from stream_winnow.learners.base import UPDATES_COUNTER
-from stream_winnow.stores.base import TableSpec, Update, WeightStore
+from stream_winnow.stores.base import TableSpec
+from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.memory import MemoryStore
 from stream_winnow.training import TrainingConfig, estimate_d, fit
 
@@ -28,49 +29,9 @@ LINEAR = ("balanced-winnow", "positive-winnow", "perceptron")
 MODES = ("any-of", "one-of")
 
 
-class DelegatingStore(WeightStore):
-    """A MemoryStore seen through a plain WeightStore: same data, but not a MemoryStore."""
-
-    def __init__(self, tables: Sequence[TableSpec]) -> None:
-        super().__init__(tables)
-        self.inner = MemoryStore(tables)
-
-    def categories(self) -> tuple[str, ...]:
-        return self.inner.categories()
-
-    def ensure_categories(self, names: Sequence[str]) -> np.ndarray:
-        return self.inner.ensure_categories(names)
-
-    def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
-        return self.inner.read(feature_ids)
-
-    def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
-        return self.inner.apply(updates, event_id)
-
-    def counters(self, name: str) -> dict[str, float]:
-        return self.inner.counters(name)
-
-    def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
-        return self.inner.applied_events(event_ids)
-
-    def delete(self, feature_ids: np.ndarray) -> int:
-        return self.inner.delete(feature_ids)
-
-    def iter_rows(self, chunk_rows: int = 10_000) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
-        return self.inner.iter_rows(chunk_rows)
-
-    def n_features(self) -> int:
-        return self.inner.n_features()
-
-    @property
-    def version(self) -> int:
-        return self.inner.version
-
-    def metadata(self) -> dict[str, str]:
-        return self.inner.metadata()
-
-    def set_metadata(self, values: Mapping[str, str]) -> None:
-        self.inner.set_metadata(values)
+def DelegatingStore(tables: Sequence[TableSpec]) -> CachedStore:
+    """A MemoryStore seen through a plain WeightStore: same data, but not a MemoryStore (so the Python path runs)."""
+    return CachedStore(MemoryStore(tables), max_staleness_ms=0)
 
 
 def pair(name: str, **settings_: object) -> tuple[MistakeDriven, MistakeDriven]:

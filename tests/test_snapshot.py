@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgpack
@@ -21,7 +21,8 @@ from stream_winnow.snapshot import (
     snapshot_format,
     take_snapshot,
 )
-from stream_winnow.stores import MemoryStore, TableSpec, Update, WeightStore
+from stream_winnow.stores import MemoryStore, TableSpec, Update
+from stream_winnow.stores.cached import CachedStore
 from stream_winnow.training import TrainingConfig, fit
 
 CATEGORIES = ("grain", "oil", "earn", "acq")
@@ -152,49 +153,9 @@ def test_bad_files_raise_data_error(tmp_path: Path) -> None:
         read_snapshot(tmp_path / "bad.msgpack")
 
 
-class _Proxy(WeightStore):
+def _Proxy(tables: Sequence[TableSpec]) -> CachedStore:
     """A store that is neither MemoryStore nor RedisStore: copy_model must use the generic path."""
-
-    def __init__(self, tables: Sequence[TableSpec]) -> None:
-        super().__init__(tables)
-        self.inner = MemoryStore(tables)
-
-    def categories(self) -> tuple[str, ...]:
-        return self.inner.categories()
-
-    def ensure_categories(self, names: Sequence[str]) -> np.ndarray:
-        return self.inner.ensure_categories(names)
-
-    def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
-        return self.inner.read(feature_ids)
-
-    def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
-        return self.inner.apply(updates, event_id)
-
-    def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
-        return self.inner.applied_events(event_ids)
-
-    def counters(self, name: str) -> dict[str, float]:
-        return self.inner.counters(name)
-
-    def delete(self, feature_ids: np.ndarray) -> int:
-        return self.inner.delete(feature_ids)
-
-    def iter_rows(self, chunk_rows: int = 10_000) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
-        return self.inner.iter_rows(chunk_rows)
-
-    def n_features(self) -> int:
-        return self.inner.n_features()
-
-    @property
-    def version(self) -> int:
-        return self.inner.version
-
-    def metadata(self) -> dict[str, str]:
-        return self.inner.metadata()
-
-    def set_metadata(self, values: Mapping[str, str]) -> None:
-        self.inner.set_metadata(values)
+    return CachedStore(MemoryStore(tables), max_staleness_ms=0)
 
 
 def test_copy_model_through_the_generic_path() -> None:
