@@ -317,8 +317,9 @@ class Worker:
         values = store.read(unique)
         version = store.version
         self.metrics.redis_seconds.observe(time.perf_counter() - started)
-        local_store = MemoryStore(learner.table_specs(), rows=len(unique) + 1, categories=len(store.categories()))
-        local_store.ensure_categories(store.categories())
+        names = store.categories()  # one round trip: the local copy and the decisions share it
+        local_store = MemoryStore(learner.table_specs(), rows=len(unique) + 1, categories=len(names))
+        local_store.ensure_categories(names)
         local_store.load_rows(unique, values)
         local = from_metadata(self._learner_spec, store=local_store)
         assert isinstance(local, MistakeDriven)
@@ -327,7 +328,6 @@ class Worker:
             learner.set_d(max(batch.vector(0).total_strength, 1e-9))
         if learner.d is not None:
             local.set_d(learner.d)
-        names = store.categories()
         if compiled.supports(local):
             pending, outcomes = self._learn_compiled(local, batch, items, names, version)
         else:
