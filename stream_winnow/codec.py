@@ -44,11 +44,14 @@ stream_winnow.errors.CodecError: not-msgpack: not one complete msgpack value (Un
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal, NoReturn
 
 import msgpack
+import numpy as np
 
 from stream_winnow.errors import CodecError, ConfigError
 
@@ -68,6 +71,7 @@ __all__ = [
     "decode_labelled_event",
     "encode_dead_letter",
     "encode_decision",
+    "encode_decisions",
     "encode_document",
     "encode_labelled_event",
     "load_schema",
@@ -316,6 +320,154 @@ def encode_decision(d: Decision, limits: CodecLimits = DEFAULT_LIMITS, *, check:
     if check:
         decode_decision(raw, limits)
     return raw
+
+
+def encode_decisions(
+    ids: Sequence[str],
+    categories: Sequence[tuple[str, ...]],
+    scores: np.ndarray,
+    names: Sequence[str],
+    model_version: int | Sequence[int],
+    model: str | None = None,
+    worker: str | None = None,
+    ts_ms: Sequence[int | None] | None = None,
+    decided_ts_ms: int | None = None,
+) -> list[bytes]:
+    """Encode a batch of decisions over the same category ``names``, byte for byte as :func:`encode_decision`.
+
+    Message ``i`` equals ``encode_decision(Decision(ids[i], tuple(categories[i]),
+    dict(zip(names, scores[i].tolist())), version_i, model, worker, ts_ms[i],
+    decided_ts_ms), check=False)``, where ``version_i`` is ``model_version`` or
+    ``model_version[i]`` and ``ts_ms`` None means no ``ts`` at all. Like
+    ``check=False`` it does not decode the result again: the caller passes
+    validated values, finite scores (row ``i`` of ``scores`` in the column
+    order of ``names``, which must be unique) and non-negative integers.
+
+    The scores maps are the bulk of a decision and are built for all documents
+    at once with numpy, into a byte matrix whose constant columns hold the keys;
+    only ids, categories and timestamps go through msgpack one by one. For 500
+    documents and 90 categories that is about 0.8 us a document, against 7.6 us
+    for ``encode_decision`` with ``check=False``; the layout of the keys is
+    built once for each list of names (about 40 us) and cached.
+
+    >>> scores = np.array([[1.6, -0.25], [0.0, 2.5]])
+    >>> raws = encode_decisions(["d1", "d2"], [("crude",), ("oil",)], scores, ["crude", "oil"], 7, ts_ms=[None, 5])
+    >>> raws[1] == encode_decision(Decision("d2", ("oil",), {"crude": 0.0, "oil": 2.5}, 7, ts_ms=5), check=False)
+    True
+    >>> decode_decision(raws[0]).scores
+    {'crude': 1.6, 'oil': -0.25}
+    """
+    n, k = len(ids), len(names)
+    if len(categories) != n:
+        raise ValueError(f"{len(categories)} category tuples for {n} ids")
+    if scores.shape != (n, k):
+        raise ValueError(f"scores has shape {scores.shape}, expected ({n}, {k}) for {n} ids and {k} names")
+    if scores.dtype.kind != "f" or scores.dtype.itemsize > 8:
+        raise ValueError(f"scores must be float64 (or float32/float16), got {scores.dtype}")
+    if not isinstance(model_version, int) and len(model_version) != n:
+        raise ValueError(f"{len(model_version)} model versions for {n} ids")
+    if ts_ms is not None and len(ts_ms) != n:
+        raise ValueError(f"{len(ts_ms)} timestamps for {n} ids")
+    names = tuple(names)
+    if len(set(names)) != k:
+        raise ValueError("names must be unique")
+    if not n:
+        return []
+    try:
+        return _encode_decisions(ids, categories, scores, names, model_version, model, worker, ts_ms, decided_ts_ms)
+    except UnicodeEncodeError as exc:
+        _fail("not-utf8", f"a string cannot be encoded as UTF-8 ({exc})")
+    except (TypeError, OverflowError) as exc:
+        _fail("wrong-type", f"a value cannot be encoded as msgpack ({exc})")
+
+
+def _encode_decisions(
+    ids: Sequence[str],
+    categories: Sequence[tuple[str, ...]],
+    scores: np.ndarray,
+    names: tuple[str, ...],
+    model_version: int | Sequence[int],
+    model: str | None,
+    worker: str | None,
+    ts_ms: Sequence[int | None] | None,
+    decided_ts_ms: int | None,
+) -> list[bytes]:
+    """:func:`encode_decisions` after its argument checks; msgpack errors propagate."""
+    n = len(ids)
+    packer = msgpack.Packer(use_bin_type=True)
+    pack = packer.pack
+    # From "scores" up to the value of "model_version": one row for each document.
+    template, dtypes = _score_map_layout(names)
+    width = template.shape[0]
+    rows: Sequence[bytes | memoryview]
+    if dtypes is None:  # no names: every scores map is the empty map
+        rows = [template.tobytes()] * n
+    else:
+        matrix = np.empty((n, width), dtype=np.uint8)
+        matrix[:] = template
+        # A cast between structured dtypes copies field by field in C, from the
+        # packed big-endian scores into the float slots after each 0xcb marker.
+        slots, packed = dtypes
+        matrix.view(slots)[:, 0] = np.ascontiguousarray(scores, dtype=">f8").view(packed)[:, 0]
+        # b"".join reads the rows in place: slices of a memoryview copy nothing.
+        flat = matrix.reshape(-1).data
+        rows = [flat[i : i + width] for i in range(0, n * width, width)]
+    # The map fields after "model_version", constant over the batch but for "ts".
+    optional = b""
+    if model is not None:
+        optional += pack("model") + pack(model)
+    if worker is not None:
+        optional += pack("worker") + pack(worker)
+    decided = b"" if decided_ts_ms is None else pack("decided_ts") + pack(decided_ts_ms)
+    n_fields = 4 + (model is not None) + (worker is not None) + (decided_ts_ms is not None)
+    start_without_ts = packer.pack_map_header(n_fields) + pack("id")
+    start_with_ts = packer.pack_map_header(n_fields + 1) + pack("id")
+    before_ts = optional + pack("ts")
+    after_no_ts = optional + decided
+    versions = [pack(model_version)] * n if isinstance(model_version, int) else [pack(v) for v in model_version]
+    stamps = ts_ms if ts_ms is not None else [None] * n
+    join = b"".join
+    out: list[bytes] = []
+    append = out.append
+    for id_, cats, row, version, ts in zip(ids, categories, rows, versions, stamps, strict=True):
+        if type(cats) is not tuple:
+            cats = tuple(cats)
+        # One C call packs id, the "categories" key and the categories; [1:] drops the array header.
+        head = pack((id_, "categories", cats))[1:]
+        if ts is None:
+            append(join((start_without_ts, head, row, version, after_no_ts)))
+        else:
+            append(join((start_with_ts, head, row, version, before_ts, pack(ts), decided)))
+    return out
+
+
+@lru_cache(maxsize=16)
+def _score_map_layout(names: tuple[str, ...]) -> tuple[np.ndarray, tuple[np.dtype[Any], np.dtype[Any]] | None]:
+    """The bytes of ``"scores": {name: 0.0, ...}, "model_version"`` and the dtypes that fill in the floats.
+
+    Returns the bytes as a read-only uint8 array and two structured dtypes with
+    a big-endian float64 field per name: one as wide as the bytes, its fields
+    at the float slots, and one with the fields side by side (a row of
+    big-endian scores viewed as a record); None instead of the dtypes when
+    there are no names.
+    """
+    packer = msgpack.Packer(use_bin_type=True)
+    layout = bytearray(packer.pack("scores") + packer.pack_map_header(len(names)))
+    offsets = []
+    for name in names:
+        layout += packer.pack(name)
+        layout.append(0xCB)  # msgpack float64, followed by its 8 big-endian bytes
+        offsets.append(len(layout))
+        layout += bytes(8)
+    layout += packer.pack("model_version")
+    template = np.frombuffer(bytes(layout), dtype=np.uint8)  # read-only: it is shared by calls
+    if not names:
+        return template, None
+    fields = [f"f{i}" for i in range(len(names))]
+    formats = [">f8"] * len(names)
+    slots = np.dtype({"names": fields, "formats": formats, "offsets": offsets, "itemsize": len(layout)})
+    packed = np.dtype({"names": fields, "formats": formats})
+    return template, (slots, packed)
 
 
 def encode_dead_letter(d: DeadLetter, limits: CodecLimits = DEFAULT_LIMITS) -> bytes:
