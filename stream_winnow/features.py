@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit
 
 from stream_winnow.errors import ConfigError
+from stream_winnow.fast_documents import HashTable, ParsedDocuments
 
 Strength = Literal["binary", "count", "sqrt"]
 STRENGTHS: tuple[str, ...] = get_args(Strength)
@@ -112,7 +113,9 @@ class FeatureBatch:
 
 
 @njit(cache=True, nogil=True)
-def _count_per_document(indptr: np.ndarray, local: np.ndarray, vocabulary: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _count_per_document(
+    indptr: np.ndarray, local: np.ndarray, vocabulary: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct local token indices per document and their counts, in one O(tokens) pass."""
     n = indptr.shape[0] - 1
     slot = np.full(vocabulary, -1, dtype=np.int64)  # token -> its position in the output, for this document
@@ -150,6 +153,13 @@ class Featurizer:
         self._local: dict[str, int] = {}  # token -> index into _ids
         self._ids: list[int] = []
         self._id_array = np.zeros(0, dtype=np.int64)
+        self._table = HashTable()  # token hash (fast_documents) -> index into _ids
+
+    def _forget_if_full(self) -> None:
+        if len(self._local) > self.max_cached_tokens:
+            self._local, self._ids = {}, []
+            self._id_array = np.zeros(0, dtype=np.int64)
+            self._table = HashTable()
 
     def _index(self, token: str) -> int:
         index = self._local.get(token)
@@ -192,23 +202,53 @@ class Featurizer:
 
         Features appear in order of first occurrence in each document.
         """
-        config = self.config
         token_lists = self._expand(token_lists)
         n = len(token_lists)
-        if len(self._local) > self.max_cached_tokens:
-            self._local, self._ids = {}, []
-            self._id_array = np.zeros(0, dtype=np.int64)
+        self._forget_if_full()
         flat = list(chain.from_iterable(token_lists))
         for token in set(flat).difference(self._local):
             self._index(token)
-        local = list(map(self._local.__getitem__, flat))
-        if len(self._id_array) != len(self._ids):
-            self._id_array = np.array(self._ids, dtype=np.int64)
+        local = np.array(list(map(self._local.__getitem__, flat)), dtype=np.int64)
         token_indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.fromiter(map(len, token_lists), dtype=np.int64, count=n), out=token_indptr[1:])
-        indptr, distinct, counts = _count_per_document(
-            token_indptr, np.array(local, dtype=np.int64), max(len(self._ids), 1)
-        )
+        return self._batch(token_indptr, local)
+
+    @property
+    def reads_hashes(self) -> bool:
+        """Whether ``transform_hashed`` applies (bigrams need the token texts)."""
+        return not self.config.bigrams
+
+    def transform_hashed(self, parsed: ParsedDocuments) -> FeatureBatch:
+        """The features of ``parsed``'s accepted documents, in message order (the same as ``transform_many``).
+
+        A token hash seen before costs one probe of a compiled table; a new one is decoded
+        to text once and takes the same id ``transform_many`` gives it.
+        """
+        if not self.reads_hashes:
+            raise ConfigError("transform_hashed cannot make bigram features; use transform_many")
+        self._forget_if_full()
+        hashes = parsed.token_hash
+        local, missing = self._table.lookup(hashes)
+        if missing:
+            fresh: dict[int, int] = {}
+            for k in np.flatnonzero(local < 0).tolist():
+                h = int(hashes[k])
+                index = fresh.get(h)
+                if index is None:
+                    index = fresh[h] = self._index(parsed.token_text(k))
+                local[k] = index
+            self._table.insert(np.fromiter(fresh.keys(), dtype=np.uint64, count=len(fresh)),
+                               np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh)))  # fmt: skip
+        token_indptr = np.concatenate([[0], parsed.token_indptr[1:][parsed.ok]]).astype(np.int64)
+        return self._batch(token_indptr, local)
+
+    def _batch(self, token_indptr: np.ndarray, local: np.ndarray) -> FeatureBatch:
+        """Counts, strengths and the batch's distinct ids from each token's index into ``_ids``."""
+        config = self.config
+        n = len(token_indptr) - 1
+        if len(self._id_array) != len(self._ids):
+            self._id_array = np.array(self._ids, dtype=np.int64)
+        indptr, distinct, counts = _count_per_document(token_indptr, local, max(len(self._ids), 1))
         ids = self._id_array[distinct]
         # Distinct ids of the whole batch from the dense token indices: O(entries), no sort.
         vocabulary = len(self._ids)

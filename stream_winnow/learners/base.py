@@ -147,6 +147,29 @@ class Learner(ABC):
             return (names[int(np.argmax(margins))],)
         return tuple(names[i] for i in np.flatnonzero(margins > 0).tolist())
 
+    def decide_many(self, margins: np.ndarray, names: Sequence[str]) -> list[tuple[str, ...]]:
+        """``decide`` for every row of a (documents x categories) block, with one numpy pass.
+
+        >>> from stream_winnow.learners import build_learner
+        >>> learner = build_learner("perceptron")
+        >>> learner.decide_many(np.array([[0.5, -1.0], [-0.1, -2.0], [2.0, 3.0]]), ["earn", "acq"])
+        [('earn',), (), ('earn', 'acq')]
+        """
+        n = margins.shape[0]
+        if margins.ndim != 2 or not margins.shape[1]:
+            return [()] * n
+        if self.mode == "one-of":
+            return [(names[c],) for c in np.argmax(margins, axis=1).tolist()]
+        rows, columns = np.nonzero(margins > 0)
+        counts = np.bincount(rows, minlength=n).tolist()
+        chosen = [names[c] for c in columns.tolist()]
+        out: list[tuple[str, ...]] = []
+        at = 0
+        for count in counts:
+            out.append(tuple(chosen[at : at + count]) if count else ())
+            at += count
+        return out
+
     def predict_one(self, tokens: Sequence[str] | FeatureVector) -> Prediction:
         vector = tokens if isinstance(tokens, FeatureVector) else self.transform(tokens)
         margins = self.margins(vector)
