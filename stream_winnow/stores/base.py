@@ -21,6 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -77,6 +78,24 @@ class CounterUpdate:
 Update = RowUpdate | CounterUpdate
 
 
+@dataclass(frozen=True, slots=True)
+class RowSnapshot:
+    """Rows read to learn from: their values, and what the store needs to tell later if they changed."""
+
+    feature_ids: np.ndarray
+    values: dict[str, np.ndarray]
+    token: Any = None  # the store's own record of what it read (raw rows in Redis), opaque to callers
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedEvent:
+    """One event of a batch whose rows are written whole: its id, bookkeeping counters, whether it changed rows."""
+
+    event_id: str
+    counters: Sequence[CounterUpdate]
+    changed_rows: bool
+
+
 class WeightStore(ABC):
     """Where a model's tables live: in this process, or in Redis shared by workers."""
 
@@ -114,6 +133,23 @@ class WeightStore(ABC):
     def apply_many(self, batch: Sequence[tuple[Sequence[Update], str | None]]) -> list[bool]:
         """``apply`` for each (updates, event_id) in order; stores may do it in fewer round trips."""
         return [self.apply(updates, event_id) for updates, event_id in batch]
+
+    def read_for_update(self, feature_ids: np.ndarray) -> RowSnapshot:
+        """``read`` (never from a cache), remembering what ``apply_rows`` must check; ids unique."""
+        return RowSnapshot(feature_ids, self.read(feature_ids))
+
+    def apply_rows(
+        self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray], events: Sequence[LearnedEvent]
+    ) -> list[bool] | None:
+        """Write the rows a batch of ``events`` learned (``learned``: values per table for the snapshot's ids).
+
+        Only when none of the rows that changed was changed by anyone else since the snapshot,
+        and none of the events was applied before; then it counts, marks and versions each
+        event like ``apply`` and returns what ``apply_many`` would. None means "not written":
+        the caller applies the events one by one with ``apply_many`` instead (stores that
+        cannot check, like this default, always answer None).
+        """
+        return None
 
     @abstractmethod
     def applied_events(self, event_ids: Sequence[str]) -> list[bool]:

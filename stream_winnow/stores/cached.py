@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from stream_winnow.stores.base import RowUpdate, Update, WeightStore
+from stream_winnow.stores.base import LearnedEvent, RowSnapshot, RowUpdate, Update, WeightStore
 from stream_winnow.stores.memory import MemoryStore
 
 
@@ -80,6 +80,16 @@ class CachedStore(WeightStore):
         for updates, _ in batch:
             self._forget(updates)
         return self.inner.apply_many(batch)
+
+    def read_for_update(self, feature_ids: np.ndarray) -> RowSnapshot:
+        return self.inner.read_for_update(feature_ids)
+
+    def apply_rows(
+        self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray], events: Sequence[LearnedEvent]
+    ) -> list[bool] | None:
+        for fid in snapshot.feature_ids.tolist():
+            self._fetched.pop(fid, None)
+        return self.inner.apply_rows(snapshot, learned, events)
 
     def _forget(self, updates: Sequence[Update]) -> None:
         for update in updates:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from stream_winnow.errors import ConfigError, StoreError
 from stream_winnow.learners.balanced_winnow import BalancedWinnow
 from stream_winnow.stores import Bounds, CounterUpdate, MemoryStore, RowUpdate, TableSpec, Update
+from stream_winnow.stores.base import LearnedEvent
 from stream_winnow.stores.redis import RedisStore
 from workers.embedded import start_redis
 
@@ -509,3 +510,85 @@ def test_apply_many_equals_applying_one_by_one(kind: str, redis_url: str, redis_
     assert many.counters("updates") == single.counters("updates")
     assert many.apply_many(batch) == [False] * len(batch)  # all redelivered: nothing changes
     np.testing.assert_array_equal(many.read(ids)["positive"], got["positive"])
+
+
+# -- apply_rows: learned rows written whole, compare-and-set per shard ------------------------------
+IDS = np.arange(70_000, 70_040, dtype=np.int64)  # 40 features over the 16 shards
+
+
+def _learned(store: RedisStore, snapshot_values: dict[str, np.ndarray], factor: float) -> dict[str, np.ndarray]:
+    """What a learner would hold after promoting category 0 on the first half of the features."""
+    learned = {name: values.copy() for name, values in snapshot_values.items()}
+    learned["positive"][:20, 0] *= factor
+    learned["negative"][:20, 0] /= factor
+    return learned
+
+
+def _events(*ids: str) -> list[LearnedEvent]:
+    return [LearnedEvent(e, (CounterUpdate("updates", {"*": 1.0, "a": 1.0}),), True) for e in ids]
+
+
+def test_written_rows_equal_applying_the_same_change_as_updates(make_store: StoreFactory) -> None:
+    store = make_store()
+    store.ensure_categories(["a", "b"])
+    snapshot = store.read_for_update(IDS)
+    learned = _learned(store, snapshot.values, 1.5)
+    assert store.apply_rows(snapshot, learned, [*_events("e1"), LearnedEvent("e2", (), False)]) == [True, True]
+
+    reference = make_store()
+    reference.ensure_categories(["a", "b"])
+    reference.apply(
+        [RowUpdate("positive", IDS[:20], np.array([0]), np.array([1.5])),
+         RowUpdate("negative", IDS[:20], np.array([0]), np.array([1 / 1.5]))],
+        event_id="e1",
+    )  # fmt: skip
+    for name in ("positive", "negative", "keep"):
+        np.testing.assert_array_equal(store.read(IDS)[name], reference.read(IDS)[name])
+    assert store.version == 1  # e2 changed nothing: marked, not versioned
+    assert store.counters("updates") == {"*": 1.0, "a": 1.0}
+    assert store.n_features() == 20  # only the rows that changed were stored
+    assert store.applied_events(["e1", "e2", "e3"]) == [True, True, False]
+
+
+def test_a_row_changed_since_the_snapshot_writes_nothing(make_store: StoreFactory) -> None:
+    store = make_store()
+    store.ensure_categories(["a", "b"])
+    snapshot = store.read_for_update(IDS)
+    store.apply([RowUpdate("positive", IDS[5:6], np.array([1]), np.array([2.0]))], event_id="other-worker")
+    before = store.read(IDS)
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) is None
+    after = store.read(IDS)
+    # Shards without the changed row may have been written; the changed row's shard was not.
+    np.testing.assert_array_equal(after["positive"][5], before["positive"][5])
+    assert store.applied_events(["e1"]) == [False]
+    assert store.version == 1
+
+
+def test_a_redelivery_after_a_partial_write_is_refused_and_completes_once(make_store: StoreFactory) -> None:
+    """A crash after some shards were written: the markers there send the batch the event-by-event way."""
+    store = make_store()
+    store.ensure_categories(["a", "b"])
+    snapshot = store.read_for_update(IDS)
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) == [True]
+    # Simulate "shards written, meta not": drop the model-level marker only.
+    store.client.delete(f"sw:{{{store.model}}}:ev:e1".encode())
+    again = store.read_for_update(IDS)
+    assert store.apply_rows(again, _learned(store, again.values, 1.5), _events("e1")) is None
+    # Nothing moved twice.
+    np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5, rtol=1e-6)
+
+
+def test_rows_wider_than_the_learned_ones_are_left_to_apply_many(make_store: StoreFactory) -> None:
+    store = make_store()
+    store.ensure_categories(["a"])
+    snapshot = store.read_for_update(IDS)
+    other = RedisStore(store.client, store.model, TABLES, store.shards)
+    other.ensure_categories(["a", "b"])
+    other.apply([RowUpdate("positive", IDS[:1], np.array([1]), np.array([2.0]))], event_id="wide")
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) is None
+
+
+def test_memory_store_never_writes_rows() -> None:
+    memory = MemoryStore(TABLES)
+    snapshot = memory.read_for_update(IDS)
+    assert memory.apply_rows(snapshot, snapshot.values, _events("e1")) is None
