@@ -26,6 +26,11 @@ class WorkerMetrics:
         self.duplicates = Counter(
             "stream_winnow_duplicate_events", "Labelled events already applied (redeliveries).", registry=r
         )
+        self.row_conflicts = Counter(
+            "stream_winnow_row_conflicts",
+            "Learning batches whose rows another worker changed meanwhile (applied event by event instead).",
+            registry=r,
+        )
         self.dead_letters = Counter(
             "stream_winnow_dead_letters", "Messages sent to the dead-letter topic.", ["reason"], registry=r
         )

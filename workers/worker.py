@@ -2,8 +2,11 @@
 
 One loop, one batch at a time::
 
-    poll ─► decode (bad → dead-letters) ─► cache tokens ─► score unlabelled docs (ONE weight read)
-         ─► labelled docs and events, in order: predict, learn (atomic, idempotent per event_id)
+    poll ─► plain documents: one compiled pass from bytes to token hashes (fast_documents);
+            the rest decoded one by one (bad → dead-letters) ─► cache the raw documents
+         ─► score the plain documents (ONE weight read), encode every decision at once
+         ─► labelled docs and events, in order: predict and learn on a local copy of their rows,
+            then write the changed rows back whole (compare-and-set; event by event if raced)
          ─► produce decisions ─► flush (broker acks) ─► commit offsets
 
 Offsets are committed only after the broker acknowledged every decision and
@@ -21,7 +24,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
@@ -37,16 +40,18 @@ from stream_winnow.codec import (
     decode_labelled_event,
     encode_dead_letter,
     encode_decision,
+    encode_decisions,
 )
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, TransportError
+from stream_winnow.fast_documents import parse_documents
 from stream_winnow.features import FeatureBatch, FeatureVector
 from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import KEEP_TABLE, MistakeDriven
 from stream_winnow.learners.registry import describe, from_metadata
-from stream_winnow.outcomes import Outcome, push_outcomes
-from stream_winnow.stores.base import Update
+from stream_winnow.outcomes import push_outcomes
+from stream_winnow.stores.base import CounterUpdate, LearnedEvent, Update
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.memory import MemoryStore
 from workers.config import WorkerConfig
@@ -133,9 +138,7 @@ class Worker:
 
     def run(self) -> None:
         topics = [self.config.topics.documents, self.config.topics.labels]
-        self.consumer.subscribe(
-            topics, self.config.group_id, on_assign=self._on_assign, on_revoke=self._on_revoke
-        )
+        self.consumer.subscribe(topics, self.config.group_id, on_assign=self._on_assign, on_revoke=self._on_revoke)
         log.info(
             "worker %s joined group %s on %s (model %s, learner %s)",
             self.config.worker_id, self.config.group_id, topics, self.config.model, self.learner.name,
@@ -221,16 +224,26 @@ class Worker:
         """Decide, learn, produce, flush and commit one batch (raises ServiceUnavailable to retry it)."""
         topics = self.config.topics
         limits = self.config.limits
-        unlabelled: list[tuple[Record, DocumentMessage]] = []
+        documents = [record.value for record in records if record.topic == topics.documents]
+        # Plain documents in one compiled pass; the rest (labelled, or declined) through decode_document.
+        parsed = parse_documents(documents, limits) if documents and self.learner.featurizer.reads_hashes else None
+        accepted = parsed.ok.tolist() if parsed is not None else [False] * len(documents)
+        parsed_ids = parsed.ids if parsed is not None else []
+        unlabelled: list[DocumentMessage] = []
         labelled: list[_Labelled] = []
-        to_cache: dict[str, tuple[str, ...]] = {}
+        to_cache: dict[str, bytes] = {}
+        at = -1  # position of the record among the batch's documents
         for record in records:
             try:
                 if record.topic == topics.documents:
+                    at += 1
+                    if accepted[at]:
+                        to_cache[parsed_ids[at]] = record.value  # type: ignore[index]
+                        continue
                     document = decode_document(record.value, limits)
-                    to_cache[document.id] = document.tokens
+                    to_cache[document.id] = record.value
                     if document.labels is None:
-                        unlabelled.append((record, document))
+                        unlabelled.append(document)
                     else:
                         labelled.append(
                             _Labelled(record, f"doc:{document.id}", document.id, document.labels,
@@ -245,17 +258,22 @@ class Worker:
                 self._dead_letter(record, error.code, error.detail)
         self.cache.put_many(to_cache)
         self.state.redis_ok = True
-        self._decide_unlabelled(unlabelled)
+        if parsed is not None and any(accepted):
+            featurizer = self.learner.featurizer
+            ids = [i for i, ok in zip(parsed_ids, accepted, strict=True) if ok]
+            ts = [t for t, ok in zip(parsed.ts_ms, accepted, strict=True) if ok]
+            self._decide(featurizer.transform_hashed(parsed), ids, ts)  # type: ignore[arg-type]
+        if unlabelled:
+            batch = self.learner.featurizer.transform_many([document.tokens for document in unlabelled])
+            self._decide(batch, [d.id for d in unlabelled], [d.ts_ms for d in unlabelled])
         self._learn(labelled)
         self.producer.flush()
         self.consumer.commit(next_offsets(records))
         self.state.broker_ok = True
 
-    def _decide_unlabelled(self, items: list[tuple[Record, DocumentMessage]]) -> None:
-        if not items:
-            return
+    def _decide(self, batch: FeatureBatch, ids: Sequence[str], ts_ms: Sequence[int | None]) -> None:
+        """Score a batch of unlabelled documents with ONE weight read and produce their decisions."""
         learner = self.learner
-        batch = learner.featurizer.transform_many([document.tokens for _, document in items])
         started = time.perf_counter()
         margins = learner.margins_many(batch)
         version = learner.store.version
@@ -264,10 +282,15 @@ class Worker:
         if isinstance(learner.store, CachedStore):
             self.metrics.staleness.set(learner.store.last_staleness_s)
         names = learner.store.categories()
-        rounded = _plain_scores(margins)
-        for (_, document), row, scores in zip(items, margins, rounded, strict=True):
-            self._send_decision(document.id, learner.decide(row, names), names, scores, version, document.ts_ms)
-        self.metrics.documents.inc(len(items))
+        encoded = encode_decisions(
+            ids, learner.decide_many(margins, names), _finite_rounded(margins), names, version,
+            self.config.model, self.config.worker_id, ts_ms, now_ms(),
+        )  # fmt: skip
+        send, topic = self.producer.send, self.config.topics.decisions
+        for document_id, value in zip(ids, encoded, strict=True):
+            send(topic, value, key=document_id.encode())
+        self.metrics.decisions.inc(len(ids))
+        self.metrics.documents.inc(len(ids))
 
     def _learn(self, items: list[_Labelled]) -> None:
         """Learn from labelled documents and events in order; each is applied once (by event id)."""
@@ -305,8 +328,9 @@ class Worker:
         """One read of every feature of the batch, learning in order on a local copy, one write round.
 
         The local copy sees each update before the next item is scored, so a single worker decides
-        and learns exactly as the in-process learner would; the updates then go to Redis with
-        ``apply_many`` (atomic per shard, once per event id).
+        and learns exactly as the in-process learner would. The learned rows then go to Redis whole
+        with ``apply_rows`` (compare-and-set per shard, once per event id); if another worker changed
+        one of them meanwhile, the events go event by event with ``apply_many`` instead.
         """
         if not items:
             return
@@ -314,13 +338,13 @@ class Worker:
         batch = learner.featurizer.transform_many([tokens for _, tokens in items])
         unique = batch.distinct_ids()[0]
         started = time.perf_counter()
-        values = store.read(unique)
+        snapshot = store.read_for_update(unique)
         version = store.version
         self.metrics.redis_seconds.observe(time.perf_counter() - started)
         names = store.categories()  # one round trip: the local copy and the decisions share it
         local_store = MemoryStore(learner.table_specs(), rows=len(unique) + 1, categories=len(names))
         local_store.ensure_categories(names)
-        local_store.load_rows(unique, values)
+        local_store.load_rows(unique, snapshot.values)
         local = from_metadata(self._learner_spec, store=local_store)
         assert isinstance(local, MistakeDriven)
         local.featurizer = learner.featurizer
@@ -329,12 +353,20 @@ class Worker:
         if learner.d is not None:
             local.set_d(learner.d)
         if compiled.supports(local):
-            pending, outcomes = self._learn_compiled(local, batch, items, names, version)
+            wrongs, pending_updates = self._learn_compiled(local, batch, items, names, version)
         else:
-            pending, outcomes = self._learn_in_python(local, batch, items, names, version)
-        applied = store.apply_many(pending)
-        push_outcomes(self.cache.client, self.config.model, outcomes)
-        self.metrics.updates.inc(sum(1 for (updates, _), ok in zip(pending, applied, strict=True) if ok and updates))
+            wrongs, pending_updates = self._learn_in_python(local, batch, items, names, version)
+        events = [
+            LearnedEvent(item.event_id, _counters(local.bookkeeping(wrong)) if wrong else (), bool(wrong))
+            for (item, _), wrong in zip(items, wrongs, strict=True)
+        ]
+        applied = store.apply_rows(snapshot, local_store.read(unique), events)
+        if applied is None:  # rows changed under us (another worker), or a store that cannot check
+            self.metrics.row_conflicts.inc()
+            applied = store.apply_many(pending_updates())
+        push_outcomes(self.cache.client, self.config.model, [(item.labels, wrong) for (item, _), wrong
+                                                             in zip(items, wrongs, strict=True)])  # fmt: skip
+        self.metrics.updates.inc(sum(1 for wrong, ok in zip(wrongs, applied, strict=True) if ok and wrong))
         self.metrics.duplicates.inc(applied.count(False))
 
     def _learn_compiled(
@@ -344,39 +376,54 @@ class Worker:
         items: list[tuple[_Labelled, tuple[str, ...]]],
         names: Sequence[str],
         version: int,
-    ) -> tuple[list[tuple[Sequence[Update], str | None]], list[Outcome]]:
-        """The batch through the compiled loop; each item's update rebuilt from its recorded actions."""
+    ) -> tuple[list[tuple[str, ...]], Callable[[], list[tuple[Sequence[Update], str | None]]]]:
+        """The batch through the compiled loop: each item's mistaken categories, and its updates on demand."""
         stream = compiled.prepare(local, batch, [item.labels for item, _ in items])
         actions = np.zeros((len(items), len(names)), dtype=np.int8)
         _, margins = compiled.run(local, stream, record_margins=True, actions=actions)
-        distinct, inverse = batch.distinct_ids()
-        keep = (local.store.read(distinct)[KEEP_TABLE][:, 0] > 0)[inverse]
-        pending: list[tuple[Sequence[Update], str | None]] = []
-        outcomes: list[Outcome] = []
+        wrongs: list[tuple[str, ...]] = []
         mistakes_before = 0
+        rows, columns = np.nonzero(actions)
+        per_item = np.bincount(rows, minlength=len(items)).tolist()
+        signs = actions[rows, columns].tolist()
+        column_list = columns.tolist()
+        at = 0
         for i, (item, _) in enumerate(items):
-            row = margins[i]
             if item.decide:
+                row = margins[i]
                 self._send_decision(item.document_id, local.decide(row, names), names, _plain_scores(row),
                                     version + mistakes_before, item.ts_ms)  # fmt: skip
                 self.metrics.documents.inc()
-            promote = np.flatnonzero(actions[i] > 0)
-            demote = np.flatnonzero(actions[i] < 0)
-            wrong = tuple(names[c] for c in promote.tolist()) + tuple(names[c] for c in demote.tolist())
-            updates: list[Update] = []
+            count = per_item[i]
+            # Promoted categories first, then demoted, as the reference path reports them.
+            mine = list(zip(signs[at : at + count], column_list[at : at + count], strict=True))
+            at += count
+            wrong = tuple(names[c] for sign, c in mine if sign > 0) + tuple(names[c] for sign, c in mine if sign < 0)
             if wrong:
                 mistakes_before += 1
-                start, end = batch.indptr[i], batch.indptr[i + 1]
-                kept = keep[start:end]
-                vector = FeatureVector(batch.ids[start:end][kept], batch.strengths[start:end][kept])
-                updates = [*(local.rule_updates(vector, promote, demote) if len(vector) else []),
-                           *local.bookkeeping(wrong)]  # fmt: skip
                 for category in wrong:
                     self.metrics.mistakes.labels(category).inc()
-            outcomes.append((item.labels, wrong))
-            # Applied even when empty: the event id is recorded, so a redelivery changes nothing later.
-            pending.append((updates, item.event_id))
-        return pending, outcomes
+            wrongs.append(wrong)
+
+        def pending() -> list[tuple[Sequence[Update], str | None]]:
+            distinct, inverse = batch.distinct_ids()
+            keep = (local.store.read(distinct)[KEEP_TABLE][:, 0] > 0)[inverse]
+            out: list[tuple[Sequence[Update], str | None]] = []
+            for i, (item, _) in enumerate(items):
+                updates: list[Update] = []
+                if wrongs[i]:
+                    promote = np.flatnonzero(actions[i] > 0)
+                    demote = np.flatnonzero(actions[i] < 0)
+                    start, end = batch.indptr[i], batch.indptr[i + 1]
+                    kept = keep[start:end]
+                    vector = FeatureVector(batch.ids[start:end][kept], batch.strengths[start:end][kept])
+                    updates = [*(local.rule_updates(vector, promote, demote) if len(vector) else []),
+                               *local.bookkeeping(wrongs[i])]  # fmt: skip
+                # Applied even when empty: the event id is recorded, so a redelivery changes nothing later.
+                out.append((updates, item.event_id))
+            return out
+
+        return wrongs, pending
 
     def _learn_in_python(
         self,
@@ -385,11 +432,11 @@ class Worker:
         items: list[tuple[_Labelled, tuple[str, ...]]],
         names: Sequence[str],
         version: int,
-    ) -> tuple[list[tuple[Sequence[Update], str | None]], list[Outcome]]:
+    ) -> tuple[list[tuple[str, ...]], Callable[[], list[tuple[Sequence[Update], str | None]]]]:
         """The reference path, one item at a time (rules the compiled loop does not know)."""
         local_store = local.store
         pending: list[tuple[Sequence[Update], str | None]] = []
-        outcomes: list[Outcome] = []
+        wrongs: list[tuple[str, ...]] = []
         for i, (item, _) in enumerate(items):
             vector = batch.vector(i)
             margins = local.margins(vector)
@@ -404,10 +451,10 @@ class Worker:
                 local_store.apply(updates)
             for category in outcome.promoted + outcome.demoted:
                 self.metrics.mistakes.labels(category).inc()
-            outcomes.append((item.labels, outcome.promoted + outcome.demoted))
+            wrongs.append(outcome.promoted + outcome.demoted)
             # Applied even when empty: the event id is recorded, so a redelivery changes nothing later.
             pending.append((updates, item.event_id))
-        return pending, outcomes
+        return wrongs, lambda: pending
 
     def _learn_one_by_one(self, items: list[tuple[_Labelled, tuple[str, ...]]]) -> None:
         """Naive Bayes (its scores need model-wide counts): predict and learn each item against Redis."""
@@ -419,7 +466,9 @@ class Worker:
                 version = learner.store.version
                 names = learner.store.categories()
                 scores = _plain_scores(margins)
-                self._send_decision(item.document_id, learner.decide(margins, names), names, scores, version, item.ts_ms)
+                self._send_decision(
+                    item.document_id, learner.decide(margins, names), names, scores, version, item.ts_ms
+                )
                 self.metrics.documents.inc()
             updates, outcome = learner.updates_for(vector, item.labels, margins)
             for category in outcome.promoted + outcome.demoted:
@@ -480,11 +529,20 @@ class Worker:
         )  # fmt: skip
 
 
+def _counters(updates: Sequence[Update]) -> tuple[CounterUpdate, ...]:
+    return tuple(update for update in updates if isinstance(update, CounterUpdate))
+
+
 def _labelled_event(record: Record, event: LabelledEvent) -> _Labelled:
     return _Labelled(record, event.event_id, event.id, event.labels, event.tokens, False, event.ts_ms)
 
 
+def _finite_rounded(margins: np.ndarray) -> np.ndarray:
+    """Margins rounded to 6 places, infinities capped (the decision schema wants finite numbers)."""
+    return np.round(np.nan_to_num(margins, nan=0.0, posinf=1e300, neginf=-1e300), 6)
+
+
 def _plain_scores(margins: np.ndarray) -> list[Any]:
-    """Margins as plain floats rounded to 6 places, infinities capped (the decision schema wants finite numbers)."""
-    scores: list[Any] = np.round(np.nan_to_num(margins, nan=0.0, posinf=1e300, neginf=-1e300), 6).tolist()
+    """``_finite_rounded`` as plain floats."""
+    scores: list[Any] = _finite_rounded(margins).tolist()
     return scores
