@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, get_args
@@ -191,24 +191,6 @@ def _write_generic(store: WeightStore, snapshot: Snapshot) -> None:
         store.apply(updates)
 
 
-def redis_rows(store: RedisStore, values: Mapping[str, np.ndarray], n_categories: int) -> np.ndarray:
-    """Rows in RedisStore's packed layout: (rows, G + C*T) little-endian float32.
-
-    ``[global tables | category 0: each per-category table | category 1: ...]``; see ``stores/redis.py``.
-    """
-    n_rows = next(iter(values.values())).shape[0]
-    g, t = store._g, store._t
-    block = np.empty((n_rows, g + n_categories * t), dtype="<f4")
-    body = block[:, g:].reshape(n_rows, n_categories, t)
-    for name, spec in store.tables.items():
-        slot = store._slot[name]
-        if spec.per_category:
-            body[:, :, slot] = values[name]
-        else:
-            block[:, slot] = values[name][:, 0]
-    return block
-
-
 def _write_redis(store: RedisStore, snapshot: Snapshot) -> None:
     """Bulk write: MSETs of packed rows per shard, pipelined in chunks; then counts, counters, version."""
     client = store.client
@@ -216,8 +198,8 @@ def _write_redis(store: RedisStore, snapshot: Snapshot) -> None:
     created = np.zeros(store.shards, dtype=np.int64)
     for start in range(0, snapshot.n_features, _REDIS_CHUNK_ROWS):
         ids = snapshot.feature_ids[start : start + _REDIS_CHUNK_ROWS]
-        block = redis_rows(store, {k: v[start : start + _REDIS_CHUNK_ROWS] for k, v in snapshot.values.items()},
-                           n_categories)  # fmt: skip
+        block = store.packed_rows({k: v[start : start + _REDIS_CHUNK_ROWS] for k, v in snapshot.values.items()},
+                                  n_categories)  # fmt: skip
         shards = ids % store.shards
         keys = store._row_keys(ids.tolist(), shards.tolist())
         groups: dict[int, list[int]] = {}
@@ -241,6 +223,7 @@ def _write_redis(store: RedisStore, snapshot: Snapshot) -> None:
         # repr of a float64 parses back to the same float64: counters round-trip exactly.
         pipe.hset(store._meta_prefix + "counter:" + name, mapping={k: repr(float(v)) for k, v in amounts.items()})
     pipe.set(store._version_key, snapshot.version)
+    store.new_epoch(pipe)
     pipe.execute()
 
 

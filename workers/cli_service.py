@@ -107,7 +107,9 @@ def setup_logging(fmt: str, level: str) -> None:
 @option("--max-message-bytes", type=click.IntRange(min=64), default=1_048_576, show_default=True)
 @option("--document-cache-ttl-s", type=click.IntRange(min=1), default=86_400, show_default=True)
 @option("--max-staleness-ms", type=click.IntRange(min=0), default=0, show_default=True,
-        help="Score with cached weights at most this old (0: read Redis every batch).")
+        help="Once the model changed, still score with cached weights at most this old (0: exact, re-read).")
+@option("--weight-cache-mib", type=click.IntRange(min=1), default=256, show_default=True,
+        help="Memory for weight rows cached in the worker (exact while the model is unchanged).")
 @option("--http-port", type=click.IntRange(0, 65535), default=9400, show_default=True,
         help="/metrics, /healthz and /readyz (0: off).")
 @option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -154,6 +156,7 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
         shards=flags["shards"],
         document_cache_ttl_s=flags["document_cache_ttl_s"],
         max_staleness_ms=flags["max_staleness_ms"],
+        weight_cache_mib=flags["weight_cache_mib"],
         http_port=flags["http_port"],
         log_format=flags["log_format"],
         log_level=flags["log_level"].upper(),
@@ -175,8 +178,7 @@ def run_worker(config: WorkerConfig) -> None:
         try:
             client = connect(config.redis_url)
             learner = open_learner(client, config.model, learner=config.learner, shards=config.shards)
-            if config.max_staleness_ms > 0:
-                learner.store = CachedStore(learner.store, config.max_staleness_ms)
+            learner.store = CachedStore(learner.store, config.max_staleness_ms, config.weight_cache_mib * 2**20)
             break
         except StoreError as error:
             log.warning("Redis at %s unavailable (%s); retrying in %.1f s", redact_url(config.redis_url), error,

@@ -74,8 +74,11 @@ class WorkerConfig:
     shards: int = 16
     # Labelled events without tokens look the document up here; a day covers a newsroom's edit cycle.
     document_cache_ttl_s: int = 86_400
-    # A worker may score with weights at most this old (0: read Redis for every batch).
+    # Rows cached in the worker are exact while the model's rows are unchanged; this much older
+    # ones may score too once it changes (0: none, every changed row is read again).
     max_staleness_ms: int = 0
+    # Memory for those cached rows (float64): 256 MiB holds ~185,000 rows at 90 categories.
+    weight_cache_mib: int = 256
     http_port: int = 9400
     log_format: LogFormat = "text"
     log_level: str = "INFO"
@@ -85,7 +88,8 @@ class WorkerConfig:
     retry_max_ms: int = 10_000
 
     def __post_init__(self) -> None:
-        for name in ("batch_max_docs", "poll_timeout_ms", "shards", "document_cache_ttl_s", "retry_initial_ms"):
+        for name in ("batch_max_docs", "poll_timeout_ms", "shards", "document_cache_ttl_s", "retry_initial_ms",
+                     "weight_cache_mib"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive; got {getattr(self, name)}")
         if self.max_staleness_ms < 0:

@@ -19,7 +19,7 @@ correct when several workers apply updates to the same features concurrently.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,6 +170,13 @@ class WeightStore(ABC):
     @abstractmethod
     def n_features(self) -> int:
         """How many feature rows are stored (statistics rows included)."""
+
+    def row_state(self) -> Hashable | None:
+        """A value that changes whenever any row may have changed; None if this store cannot tell.
+
+        A worker-local cache keeps rows read at one state for as long as the state holds.
+        """
+        return None
 
     @property
     @abstractmethod

@@ -187,6 +187,10 @@ class MemoryStore(WeightStore):
     def n_features(self) -> int:
         return len(self._row)
 
+    def row_state(self) -> int:
+        """The version: every change of a row here bumps it (``load_rows``, for loaders, excepted)."""
+        return self._version
+
     @property
     def version(self) -> int:
         return self._version

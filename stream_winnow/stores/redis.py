@@ -332,6 +332,7 @@ class RedisStore(WeightStore):
         self._layout_key = meta + "layout"
         self._metadata_key = meta + "metadata"
         self._version_key = meta + "version"
+        self._epoch_key = meta + "epoch"
 
         self._apply_shard = client.register_script(_APPLY_SHARD_LUA)
         self._apply_meta = client.register_script(_APPLY_META_LUA)
@@ -540,16 +541,17 @@ class RedisStore(WeightStore):
         raw = self._fetch(ids) if len(ids) else []
         return RowSnapshot(ids, self._split(self._decode(raw)), raw)
 
-    def _join(self, values: Mapping[str, np.ndarray], n: int) -> np.ndarray:
-        """The inverse of ``_split``: tables' values as one (n, G + C*T) block in the row layout."""
-        widths = [values[spec.name].shape[1] for spec in self._per_category]
-        n_categories = widths[0] if widths else 0
-        block = np.empty((n, self._g + n_categories * self._t))
-        for spec in self._globals:
-            block[:, self._slot[spec.name]] = values[spec.name][:, 0]
-        body = block[:, self._g :].reshape(n, n_categories, self._t)
-        for spec in self._per_category:
-            body[:, :, self._slot[spec.name]] = values[spec.name]
+    def packed_rows(self, values: Mapping[str, np.ndarray], n_categories: int) -> np.ndarray:
+        """Rows in the stored layout, (rows, G + C*T) little-endian float32, from values per table."""
+        n_rows = next(iter(values.values())).shape[0]
+        block = np.empty((n_rows, self._g + n_categories * self._t), dtype="<f4")
+        body = block[:, self._g :].reshape(n_rows, n_categories, self._t)
+        for name, spec in self.tables.items():
+            slot = self._slot[name]
+            if spec.per_category:
+                body[:, :, slot] = values[name]
+            else:
+                block[:, slot] = values[name][:, 0]
         return block
 
     def apply_rows(
@@ -568,7 +570,8 @@ class RedisStore(WeightStore):
         raw: list[bytes | None] = snapshot.token
         ids = snapshot.feature_ids
         n = len(ids)
-        new = self._join(learned, n).astype("<f4")
+        per_category = [learned[spec.name].shape[1] for spec in self._per_category]
+        new = self.packed_rows(learned, per_category[0] if per_category else 0)
         width = new.shape[1]
         if any(row is not None and len(row) > 4 * width for row in raw):
             return None  # rows wider than what we learned on: categories we do not know yet
@@ -833,7 +836,9 @@ class RedisStore(WeightStore):
             ([self._count_keys[s], *members], []) for s, members in groups.items()
         ]
         with _store_errors("deleting rows"):
-            return int(sum(self._run_scripts(self._delete, calls)))
+            deleted = int(sum(self._run_scripts(self._delete, calls)))
+            self.new_epoch(self.client)
+        return deleted
 
     def _nodes(self) -> list[redis.Redis]:
         """A plain client per primary (the client itself on a single node)."""
@@ -889,6 +894,21 @@ class RedisStore(WeightStore):
             else:
                 counts = self.client.mget(self._count_keys)
         return sum(int(c) for c in counts if c is not None)
+
+    def new_epoch(self, client: Any) -> None:
+        """Record (on ``client``, or a pipeline of it) that rows changed without a new version."""
+        client.set(self._epoch_key, uuid.uuid4().hex)
+
+    def row_state(self) -> tuple[int, bytes | None]:
+        """(version, epoch): equal in two calls only if no row changed in between (one round trip).
+
+        Learning bumps the version; deleting rows (compact) and bulk writes (import) set a new epoch.
+        """
+        with _store_errors("reading the version"):
+            version, epoch = self.client.execute_command(
+                "MGET", self._version_key, self._epoch_key, **self._route(self._version_key.encode())
+            )
+        return int(version or 0), epoch
 
     @property
     def version(self) -> int:

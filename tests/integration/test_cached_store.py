@@ -75,3 +75,41 @@ def test_own_updates_are_visible_at_once(redis_url: str) -> None:
     before = cached.read(IDS)["positive"][:10, 0].copy()
     promote(cached, 2.0)
     np.testing.assert_allclose(cached.read(IDS)["positive"][:10, 0], before * 2.0, rtol=1e-6)
+
+
+class _CountingReads:
+    """Counts the rows a store is asked for (wraps ``read``)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.rows = 0
+        original = store.read
+
+        def read(ids: np.ndarray) -> dict[str, np.ndarray]:
+            self.rows += len(ids)
+            return original(ids)
+
+        store.read = read  # type: ignore[method-assign]
+
+
+def test_staleness_zero_serves_unchanged_rows_from_memory_and_rereads_after_any_change(redis_url: str) -> None:
+    mine, theirs = pair(redis_url)
+    counted = _CountingReads(mine)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    cached.read(IDS)
+    cached.read(IDS[:20])
+    assert counted.rows == len(IDS)  # the second read came from memory: the row state did not move
+    promote(theirs, 1.5)  # learning elsewhere: a new version
+    np.testing.assert_array_equal(cached.read(IDS)["positive"], mine.read(IDS)["positive"])
+    assert counted.rows == 3 * len(IDS)  # everything read again (and once more by the check itself)
+
+
+def test_deleting_rows_without_a_new_version_still_invalidates(redis_url: str) -> None:
+    """compact deletes rows and a bulk import rewrites them; both set a new epoch, the cache sees it."""
+    mine, theirs = pair(redis_url)
+    promote(theirs, 1.5)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    assert cached.read(IDS)["positive"][0, 0] == pytest.approx(3.0)
+    version = theirs.version
+    theirs.delete(IDS[:10])
+    assert theirs.version == version
+    assert cached.read(IDS)["positive"][0, 0] == pytest.approx(2.0)
