@@ -98,7 +98,7 @@ def setup_logging(fmt: str, level: str) -> None:
 @option("--shards", type=click.IntRange(1, 16384), default=16, show_default=True,
         help="Feature shards of a new model (hash tags for a Redis Cluster).")
 @option("--batch-max-docs", type=click.IntRange(min=1), default=500, show_default=True)
-@option("--fetch-max-wait-ms", type=click.IntRange(min=0), default=100, show_default=True,
+@option("--fetch-max-wait-ms", type=click.IntRange(min=0), default=10, show_default=True,
         help="How long the broker may hold a fetch for data; latency floor on brokers without long polling.")
 @option("--linger-ms", type=click.IntRange(min=0), default=5, show_default=True,
         help="How long decisions wait to fill a produce batch.")

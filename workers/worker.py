@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from stream_winnow.codec import (
@@ -45,7 +46,7 @@ from stream_winnow.codec import (
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, TransportError
 from stream_winnow.fast_documents import parse_documents
-from stream_winnow.features import FeatureBatch, FeatureVector
+from stream_winnow.features import FeatureBatch, FeatureVector, Featurizer
 from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import KEEP_TABLE, MistakeDriven
@@ -119,7 +120,9 @@ class Worker:
         self.metrics = metrics or WorkerMetrics()
         self.state = WorkerState()
         self._stop = threading.Event()
-        self._lag_reported = float("-inf")
+        # The first report waits a period too: with kafka-python it asks the broker, which must not
+        # hold up the first batches.
+        self._lag_reported = time.monotonic()
         # The model's settings, to build the batch-local learner like the shared one.
         self._learner_spec = describe(learner)
 
@@ -136,7 +139,37 @@ class Worker:
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
 
+    def warm_up(self) -> float:
+        """Fill the weight cache and run every compiled path once on a throwaway copy of the model.
+
+        Loading numba's cached machine code takes about 0.2 s per function on first use, and a cold
+        cache makes the first batches read every row; done before joining the group, the first
+        documents are not held up by either (they were: a 0.4 s latency tail). Returns the seconds.
+        """
+        started = time.perf_counter()
+        learner = self.learner
+        if isinstance(learner.store, CachedStore):
+            log.info("prefetched %d weight rows into the worker's cache", learner.store.prefetch())
+        if not isinstance(learner, MistakeDriven) or not learner.featurizer.reads_hashes:
+            return time.perf_counter() - started
+        names = ("warm-up-a", "warm-up-b")
+        store = MemoryStore(learner.table_specs(), rows=4, categories=len(names))
+        store.ensure_categories(names)
+        local = from_metadata(self._learner_spec, store=store)
+        assert isinstance(local, MistakeDriven)
+        local.set_d(1.0)
+        sample = msgpack.packb({"id": "warm-up", "tokens": ["warm", "up", "warm"], "ts": 0})
+        parsed = parse_documents([sample], self.config.limits)
+        batch = Featurizer(learner.featurizer.config).transform_hashed(parsed)
+        margins = local.margins_many(batch)
+        encode_decisions(["warm-up"], local.decide_many(margins, names), _finite_rounded(margins), names, 0)
+        if compiled.supports(local):
+            stream = compiled.prepare(local, batch, [("warm-up-a",)])
+            compiled.run(local, stream, record_margins=True, actions=np.zeros((1, len(names)), dtype=np.int8))
+        return time.perf_counter() - started
+
     def run(self) -> None:
+        log.info("warmed up the compiled paths in %.2f s", self.warm_up())
         topics = [self.config.topics.documents, self.config.topics.labels]
         self.consumer.subscribe(topics, self.config.group_id, on_assign=self._on_assign, on_revoke=self._on_revoke)
         log.info(
@@ -276,12 +309,15 @@ class Worker:
         learner = self.learner
         started = time.perf_counter()
         margins = learner.margins_many(batch)
-        version = learner.store.version
+        store = learner.store
+        if isinstance(store, CachedStore) and store.last_version is not None:
+            version, names = store.last_version, store.known_categories()  # read with the rows
+            self.metrics.staleness.set(store.last_staleness_s)
+        else:
+            version, names = store.version, store.categories()
+        names = names[: margins.shape[1]]  # categories only grow: any added since the read are not scored
         self.metrics.redis_seconds.observe(time.perf_counter() - started)
         self.metrics.model_version.set(version)
-        if isinstance(learner.store, CachedStore):
-            self.metrics.staleness.set(learner.store.last_staleness_s)
-        names = learner.store.categories()
         encoded = encode_decisions(
             ids, learner.decide_many(margins, names), _finite_rounded(margins), names, version,
             self.config.model, self.config.worker_id, ts_ms, now_ms(),

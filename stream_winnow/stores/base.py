@@ -171,12 +171,16 @@ class WeightStore(ABC):
     def n_features(self) -> int:
         """How many feature rows are stored (statistics rows included)."""
 
-    def row_state(self) -> Hashable | None:
-        """A value that changes whenever any row may have changed; None if this store cannot tell.
+    def row_state(self) -> tuple[int, Hashable] | None:
+        """(version, token): changes whenever any row may have changed; None if this store cannot tell.
 
         A worker-local cache keeps rows read at one state for as long as the state holds.
         """
         return None
+
+    def known_categories(self) -> tuple[str, ...]:
+        """The categories as last seen, without asking a shared store again (``categories()`` here)."""
+        return self.categories()
 
     @property
     @abstractmethod

@@ -39,6 +39,7 @@ class CachedStore(WeightStore):
         self._fetched: dict[int, tuple[float, Hashable | None]] = {}  # feature id -> (monotonic time, row state)
         self._state: Hashable | None = None  # the row state the cached rows were read at (exact mode)
         self.last_staleness_s = 0.0
+        self.last_version: int | None = None  # the model version the last read saw (None: not known)
 
     def __repr__(self) -> str:
         return f"CachedStore({self.inner!r}, max_staleness_ms={self.max_staleness_ms}, rows={len(self._fetched)})"
@@ -55,10 +56,11 @@ class CachedStore(WeightStore):
     def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
         bounded = self.max_staleness_ms > 0
         state = self.inner.row_state()
+        self.last_version = None if state is None else state[0]
         if state is None and not bounded:
             return self.inner.read(feature_ids)
         now = time.monotonic()
-        categories = self.inner.categories()
+        categories = self.inner.known_categories() if state is not None else self.inner.categories()
         if categories != self._rows.categories():
             self._reset()  # a new category widens every row: start afresh
             self._rows.ensure_categories(categories)
@@ -86,6 +88,31 @@ class CachedStore(WeightStore):
             for fid in stale_ids:
                 self._fetched[fid] = (now, state)
         return self._rows.read(feature_ids)
+
+    def prefetch(self) -> int:
+        """Load the model's rows into the cache until it is full; returns how many were loaded.
+
+        A worker does this before joining its group, so its first batches do not each wait for
+        thousands of rows (Reuters' model, 26,413 rows, loads in about 0.5 s). The rows are exact
+        while the row state read first holds; after a change they are refreshed like any others.
+        """
+        state = self.inner.row_state()
+        if state is None:
+            return 0
+        categories = self.inner.categories()
+        self._reset()
+        self._rows.ensure_categories(categories)
+        budget, loaded, now = self.max_rows(), 0, time.monotonic()
+        for ids, values in self.inner.iter_rows():
+            widths = {table: block.shape[1] for table, block in values.items() if self.tables[table].per_category}
+            if loaded + len(ids) > budget or any(w != len(categories) for w in widths.values()):
+                break  # full, or a category was added meanwhile: the rest is read when asked for
+            self._rows.load_rows(ids, values)
+            for fid in ids.tolist():
+                self._fetched[fid] = (now, state)
+            loaded += len(ids)
+        self._state = state
+        return loaded
 
     def _stale(self, unique: np.ndarray, state: Hashable | None, now: float) -> list[int]:
         """Ids to fetch again: fetched at another state (or unknown) longer ago than the bound."""
@@ -132,8 +159,11 @@ class CachedStore(WeightStore):
     def categories(self) -> tuple[str, ...]:
         return self.inner.categories()
 
-    def row_state(self) -> Hashable | None:
+    def row_state(self) -> tuple[int, Hashable] | None:
         return self.inner.row_state()
+
+    def known_categories(self) -> tuple[str, ...]:
+        return self.inner.known_categories()
 
     def ensure_categories(self, names: Sequence[str]) -> np.ndarray:
         return self.inner.ensure_categories(names)

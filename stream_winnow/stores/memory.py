@@ -187,9 +187,9 @@ class MemoryStore(WeightStore):
     def n_features(self) -> int:
         return len(self._row)
 
-    def row_state(self) -> int:
+    def row_state(self) -> tuple[int, None]:
         """The version: every change of a row here bumps it (``load_rows``, for loaders, excepted)."""
-        return self._version
+        return self._version, None
 
     @property
     def version(self) -> int:

@@ -214,8 +214,10 @@ return out
 # Returns -1 (nothing written) if a marker or guard exists or a row is not as expected, else rows created.
 _WRITE_ROWS_LUA = """
 local n, m, g = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-for i = n + 2, n + m + g + 1 do
-  if redis.call('EXISTS', KEYS[i]) == 1 then return -1 end
+-- Variadic EXISTS in chunks (unpack is bounded by Lua's C stack): one call per 1,000 markers.
+for first = n + 2, n + m + g + 1, 1000 do
+  local last = math.min(first + 999, n + m + g + 1)
+  if redis.call('EXISTS', unpack(KEYS, first, last)) > 0 then return -1 end
 end
 for i = 1, n do
   local current = redis.call('GET', KEYS[i + 1])
@@ -900,14 +902,19 @@ class RedisStore(WeightStore):
         client.set(self._epoch_key, uuid.uuid4().hex)
 
     def row_state(self) -> tuple[int, bytes | None]:
-        """(version, epoch): equal in two calls only if no row changed in between (one round trip).
+        """(version, epoch): equal in two calls only if no row changed in between.
 
         Learning bumps the version; deleting rows (compact) and bulk writes (import) set a new epoch.
+        The same round trip tells whether categories were added (then they are read too), so
+        ``known_categories()`` is current afterwards.
         """
         with _store_errors("reading the version"):
-            version, epoch = self.client.execute_command(
-                "MGET", self._version_key, self._epoch_key, **self._route(self._version_key.encode())
-            )
+            pipe = self.client.pipeline(transaction=False) if not self.is_cluster else self.client.pipeline()
+            pipe.execute_command("MGET", self._version_key, self._epoch_key, **self._route(self._version_key.encode()))
+            pipe.llen(self._categories_key)
+            (version, epoch), n_categories = pipe.execute()
+        if n_categories > len(self._categories):
+            self._refresh_now()
         return int(version or 0), epoch
 
     @property
