@@ -217,6 +217,7 @@ def _write_redis(store: RedisStore, snapshot: Snapshot) -> None:
     pipe = client.pipeline(transaction=False) if not store.is_cluster else client.pipeline()
     for s in np.flatnonzero(created).tolist():
         pipe.incrby(store._count_keys[s], int(created[s]))
+        pipe.incr(store._write_keys[s])  # rows written outside the scripts: apply_rows must see it
     for name, amounts in snapshot.counters.items():
         if not amounts:
             continue

@@ -13,18 +13,23 @@ Keys (several models live side by side in one Redis)::
 
     sw:{<model>:<shard>}:f:<feature id>   a feature's row (shard = feature id % shards)
     sw:{<model>:<shard>}:n                 rows stored in the shard
-    sw:{<model>:<shard>}:ev:<event id>     "this shard applied that event" (expires)
+    sw:{<model>:<shard>}:w                 writes to the shard's rows (apply_rows' compare-and-set token)
+    sw:{<model>:<shard>}:evs:<day>         events this shard applied, a set per day (expires after a week)
     sw:{<model>}:categories / :columns     category names in column order / name -> column
     sw:{<model>}:layout / :metadata        the tables' layout / the model's settings
-    sw:{<model>}:version / :counter:<name> / :ev:<event id>
+    sw:{<model>}:version / :epoch          learning bumps the version; compact and imports the epoch
+    sw:{<model>}:counter:<name> / :ev:<event id>
 
 Every key of a shard shares the hash tag ``{<model>:<shard>}`` (one Cluster slot),
 so one Lua script updates a shard atomically; model-level keys share ``{<model>}``.
 
 ``apply`` runs one script per shard touched (pipelined, one round trip) and then one
-script on the model keys (counters, version). Each script first sets its own
-applied-marker for the event (``SET NX EX``) and changes nothing if it was already
-set, so an event redelivered after a crash between scripts completes exactly once.
+script on the model keys (counters, version). A shard script skips an event already in
+the shard's marker sets and adds the ones it applies; the model-level script sets the
+event's marker (``SET NX EX``), so an event redelivered after a crash between scripts
+completes exactly once. ``apply_rows`` (a worker's learned batch written whole) marks
+its events the same way. Keys ``sw:{<model>:<shard>}:ev:<event id>``, how earlier
+versions marked shards, are still honoured until they expire.
 An event applied in full (its model-level marker set) touches no shard, even when its
 recomputed updates now reach other shards: on a single node every shard script checks
 that marker, on a Cluster one ``EXISTS`` before the shard scripts does. An ``apply``
@@ -84,14 +89,17 @@ _RETRIABLE_REPLIES = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAG
 # KEYS[1] shard row count, then feature rows, then events' markers, each named by its index in the plan.
 # ARGV[1] msgpack {G, T, width, initial globals, initial per-category, events},
 # ARGV[2] the initial row (packed float32, width floats) used to pad short rows.
-# event = {index of its marker in this shard, index of its model-level marker (the guard, checked on a
-# single node; 0: none), ops, marker TTL in s}, in order;
-# an event whose marker is set (or, on a single node, whose guard is) is skipped whole. Each row is read
+# event = {index of its (legacy) marker key in this shard, index of its model-level marker (the guard,
+# checked on a single node; 0: none), ops, marker TTL in s, event id}, in order; plan[7] the shard's
+# write counter, plan[8] its marker sets (time buckets, the current one last), plan[9] their expiry.
+# An event in one of the marker sets (or, on a single node, whose guard is set) is skipped whole;
+# an applied one is added to the current set. Each row is read
 # once and written once per call, however many events touch it: that is what makes a batch cheap.
 # op = {key indices, float positions, multiply (per position, or empty), add (k*m row-major, or empty), low, high}
 _APPLY_SHARD_LUA = """
 local plan = cmsgpack.unpack(ARGV[1])
 local G, T, width, init_g, init_t, events = plan[1], plan[2], plan[3], plan[4], plan[5], plan[6]
+local writes, marker_sets, sets_expire = plan[7], plan[8], plan[9]
 local tmpl = ARGV[2]
 local tmpl_n = #tmpl / 4
 local function initial(i)
@@ -102,7 +110,15 @@ local rows, order = {}, {}
 local applied = 0
 for _, event in ipairs(events) do
 local skip = event[2] > 0 and redis.call('EXISTS', KEYS[event[2]]) == 1
-if not skip and not redis.call('SET', KEYS[event[1]], '1', 'NX', 'EX', event[4]) then skip = true end
+-- A key marker is how versions before the marker sets recorded an event: still honoured.
+if not skip and redis.call('EXISTS', KEYS[event[1]]) == 1 then skip = true end
+for _, at in ipairs(marker_sets) do
+  if not skip and redis.call('SISMEMBER', KEYS[at], event[5]) == 1 then skip = true end
+end
+if not skip then
+  redis.call('SADD', KEYS[marker_sets[#marker_sets]], event[5])
+  redis.call('EXPIREAT', KEYS[marker_sets[#marker_sets]], sets_expire)
+end
 if not skip then
 applied = applied + 1
 for _, op in ipairs(event[3]) do
@@ -170,6 +186,7 @@ for _, k in ipairs(order) do
   if r.created then created = created + 1 end
 end
 if created > 0 then redis.call('INCRBY', KEYS[1], created) end
+redis.call('INCR', KEYS[writes])
 return created
 """
 
@@ -208,33 +225,32 @@ end
 return out
 """
 
-# Write a batch's learned rows if they are as read. KEYS[1] shard row count, KEYS[2..n+1] rows, then m
-# markers (set with ARGV[1] s TTL) and g guards (model-level markers, single node only).
-# ARGV[1] TTL, ARGV[2..4] n, m, g, then n expected rows ('' = absent), then n new rows.
-# Returns -1 (nothing written) if a marker or guard exists or a row is not as expected, else rows created.
+# Write a batch's learned rows if no row of the shard was written since they were read.
+# KEYS[1] shard row count, KEYS[2] its write counter, KEYS[3..n+2] rows, then the shard's marker sets
+# (time buckets, the current one last), which must not hold any of the events.
+# ARGV[1] the write counter as read, ARGV[2] n, ARGV[3] expiry (unix s) of the current set, ARGV[4] rows
+# created (absent when read), ARGV[5] msgpack list of the events' ids, then n new rows.
+# Returns -1 (nothing written) if the shard was written or an event was applied here, else rows created.
 _WRITE_ROWS_LUA = """
-local n, m, g = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
--- Variadic EXISTS in chunks (unpack is bounded by Lua's C stack): one call per 1,000 markers.
-for first = n + 2, n + m + g + 1, 1000 do
-  local last = math.min(first + 999, n + m + g + 1)
-  if redis.call('EXISTS', unpack(KEYS, first, last)) > 0 then return -1 end
-end
-for i = 1, n do
-  local current = redis.call('GET', KEYS[i + 1])
-  local expected = ARGV[i + 4]
-  if expected == '' then
-    if current then return -1 end
-  elseif current ~= expected then
-    return -1
+local n = tonumber(ARGV[2])
+if tonumber(redis.call('GET', KEYS[2]) or '0') ~= tonumber(ARGV[1]) then return -1 end
+local ids = cmsgpack.unpack(ARGV[5])
+-- Variadic calls in chunks (unpack is bounded by Lua's C stack).
+for s = n + 3, #KEYS do
+  for first = 1, #ids, 1000 do
+    for _, member in ipairs(redis.call('SMISMEMBER', KEYS[s], unpack(ids, first, math.min(first + 999, #ids)))) do
+      if member == 1 then return -1 end
+    end
   end
 end
-local created = 0
-for i = 1, n do
-  if ARGV[i + 4] == '' then created = created + 1 end
-  redis.call('SET', KEYS[i + 1], ARGV[i + n + 4])
+for i = 1, n do redis.call('SET', KEYS[i + 2], ARGV[i + 5]) end
+for first = 1, #ids, 1000 do
+  redis.call('SADD', KEYS[#KEYS], unpack(ids, first, math.min(first + 999, #ids)))
 end
-for i = n + 2, n + m + 1 do redis.call('SET', KEYS[i], '1', 'EX', ARGV[1]) end
+if #ids > 0 then redis.call('EXPIREAT', KEYS[#KEYS], ARGV[3]) end
+local created = tonumber(ARGV[4])
 if created > 0 then redis.call('INCRBY', KEYS[1], created) end
+redis.call('INCR', KEYS[2])
 return created
 """
 
@@ -261,11 +277,14 @@ end
 return {columns, redis.call('LRANGE', KEYS[1], ARGV[2], -1)}
 """
 
-# KEYS[1] shard row count, KEYS[2..] feature rows. Returns how many rows existed.
+# KEYS[1] shard row count, KEYS[2] its write counter, KEYS[3..] feature rows. Returns how many rows existed.
 _DELETE_LUA = """
 local n = 0
-for i = 2, #KEYS do n = n + redis.call('DEL', KEYS[i]) end
-if n > 0 then redis.call('DECRBY', KEYS[1], n) end
+for i = 3, #KEYS do n = n + redis.call('DEL', KEYS[i]) end
+if n > 0 then
+  redis.call('DECRBY', KEYS[1], n)
+  redis.call('INCR', KEYS[2])
+end
 return n
 """
 
@@ -327,6 +346,8 @@ class RedisStore(WeightStore):
 
         self._shard_prefix = [f"sw:{{{model}:{s}}}:".encode() for s in range(shards)]
         self._count_keys = [prefix + b"n" for prefix in self._shard_prefix]
+        # Per shard, a counter every row write bumps: apply_rows writes a shard only if it is as read.
+        self._write_keys = [prefix + b"w" for prefix in self._shard_prefix]
         meta = f"sw:{{{model}}}:"
         self._meta_prefix = meta
         self._categories_key = meta + "categories"
@@ -463,9 +484,14 @@ class RedisStore(WeightStore):
     # -- rows ------------------------------------------------------------------------------------------
     def _fetch(self, feature_ids: np.ndarray) -> list[bytes | None]:
         """The raw rows of ``feature_ids`` in one round trip; refreshes the categories if Redis has more."""
+        return self._fetch_with_writes(feature_ids, writes=False)[0]
+
+    def _fetch_with_writes(self, feature_ids: np.ndarray, writes: bool) -> tuple[list[bytes | None], dict[int, int]]:
+        """``_fetch``, and with ``writes`` each shard's write counter read atomically with its rows."""
         ids = feature_ids.tolist()
         shards = (feature_ids % self.shards).tolist()
         keys = self._row_keys(ids, shards)
+        counters: dict[int, int] = {}
         with _store_errors("reading rows"):
             if isinstance(self.client, RedisCluster):
                 rows: list[bytes | None] = [None] * len(keys)
@@ -473,22 +499,29 @@ class RedisStore(WeightStore):
                 for i, s in enumerate(shards):
                     groups.setdefault(s, []).append(i)
                 pipe = self.client.pipeline()
-                for members in groups.values():
-                    group_keys = [keys[i] for i in members]
+                for s, members in groups.items():  # one MGET per shard: atomic per shard, as apply_rows needs
+                    group_keys = [keys[i] for i in members] + ([self._write_keys[s]] if writes else [])
                     pipe.execute_command("MGET", *group_keys, **self._route(group_keys[0]))
                 pipe.llen(self._categories_key)
                 *replies, n_categories = pipe.execute()
-                for members, values in zip(groups.values(), replies, strict=True):
+                for (s, members), values in zip(groups.items(), replies, strict=True):
+                    if writes:
+                        *values, counter = values
+                        counters[s] = int(counter or 0)
                     for i, value in zip(members, values, strict=True):
                         rows[i] = value
             else:
+                present = sorted(set(shards)) if writes else []
                 pipe = self.client.pipeline(transaction=False)
-                pipe.execute_command("MGET", *keys)
+                pipe.execute_command("MGET", *keys, *(self._write_keys[s] for s in present))
                 pipe.llen(self._categories_key)
                 rows, n_categories = pipe.execute()
+                if present:
+                    counters = {s: int(c or 0) for s, c in zip(present, rows[len(keys) :], strict=True)}
+                    rows = rows[: len(keys)]
         if n_categories > len(self._categories):
             self._refresh_now()
-        return rows
+        return rows, counters
 
     def _refresh_now(self) -> None:
         with _store_errors("reading categories"):
@@ -538,10 +571,10 @@ class RedisStore(WeightStore):
         return self._split(self._decode(self._fetch(unique))[inverse])
 
     def read_for_update(self, feature_ids: np.ndarray) -> RowSnapshot:
-        """``read`` of unique ids that keeps the raw rows, so ``apply_rows`` can check them unchanged."""
+        """``read`` of unique ids that keeps the raw rows and each shard's write counter, read with them."""
         ids = np.asarray(feature_ids, dtype=np.int64)
-        raw = self._fetch(ids) if len(ids) else []
-        return RowSnapshot(ids, self._split(self._decode(raw)), raw)
+        raw, writes = self._fetch_with_writes(ids, writes=True) if len(ids) else ([], {})
+        return RowSnapshot(ids, self._split(self._decode(raw)), (raw, writes))
 
     def packed_rows(self, values: Mapping[str, np.ndarray], n_categories: int) -> np.ndarray:
         """Rows in the stored layout, (rows, G + C*T) little-endian float32, from values per table."""
@@ -559,17 +592,21 @@ class RedisStore(WeightStore):
     def apply_rows(
         self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray], events: Sequence[LearnedEvent]
     ) -> list[bool] | None:
-        """Write the changed rows whole, per shard only if they are as read (compare-and-set in one script).
+        """Write the changed rows whole, per shard only if nothing wrote the shard since the snapshot.
 
-        A batch of 500 mistakes on Reuters changes about 8,000 rows; written whole, that is one
-        GET, compare and SET per row instead of Lua float arithmetic per (event, row, category).
-        Events that changed rows are marked in every shard written, so a redelivery after a crash
-        between shards finds them there; None (a shard saw a marker or a changed row) leaves the
-        rest to ``apply_many``, whose per-event scripts skip the shards already written.
+        A batch of 500 mistakes on Reuters changes about 6,000 rows. Each shard's write counter, read
+        atomically with its rows, is the compare-and-set token, so a shard's script is a counter check,
+        one marker-set lookup and one SET per row; Lua float arithmetic per (event, row, category), the
+        event-by-event way, cost about 130 us an event. Events that changed rows are added to the shard's
+        marker set (a set per time bucket), so a redelivery after a crash between shards finds them
+        there. None (a shard was written meanwhile, or holds one of the events) leaves the rest to
+        ``apply_many``, whose per-event scripts skip the shards already written.
         """
-        if not isinstance(snapshot.token, list) or len(snapshot.token) != len(snapshot.feature_ids):
+        token = snapshot.token
+        if not (isinstance(token, tuple) and len(token) == 2 and len(token[0]) == len(snapshot.feature_ids)):
             return None
-        raw: list[bytes | None] = snapshot.token
+        raw: list[bytes | None] = token[0]
+        writes: dict[int, int] = token[1]
         ids = snapshot.feature_ids
         n = len(ids)
         per_category = [learned[spec.name].shape[1] for spec in self._per_category]
@@ -581,30 +618,26 @@ class RedisStore(WeightStore):
         if old.shape[1] != width:
             return None
         changed = np.flatnonzero((old.astype("<f4") != new).any(axis=1)) if n else np.zeros(0, dtype=np.int64)
-        fresh = [event for event in events if event.changed_rows]
+        fresh = msgpack.packb([event.event_id for event in events if event.changed_rows])
         ttl = self.event_ttl_s
         calls: list[tuple[list[bytes], list[Any]]] = []
         if len(changed):
-            new_rows = new[changed]
-            packed = new_rows.tobytes()
+            packed = new[changed].tobytes()
             row_bytes = 4 * width
             changed_ids = ids[changed]
+            absent = np.fromiter((raw[i] is None for i in changed.tolist()), dtype=bool, count=len(changed))
             shard_of = changed_ids % self.shards
             order = np.argsort(shard_of, kind="stable")
             cuts = np.flatnonzero(np.diff(shard_of[order])) + 1
-            id_list, changed_list = changed_ids.tolist(), changed.tolist()
-            markers = [b"ev:" + event.event_id.encode() for event in fresh]
-            guards = [] if self.is_cluster else [(self._meta_prefix + "ev:" + e.event_id).encode() for e in fresh]
+            id_list = changed_ids.tolist()
             for members in np.split(order, cuts):
                 s = int(shard_of[members[0]])
-                prefix = self._shard_prefix[s]
                 member_list = members.tolist()
-                keys = [self._count_keys[s], *(self._row_key(s, id_list[i]) for i in member_list)]
-                keys += [prefix + marker for marker in markers]
-                keys += guards
-                expected = [raw[changed_list[i]] or b"" for i in member_list]
+                expire_at, sets = self._marker_sets(s)
+                keys = [self._count_keys[s], self._write_keys[s], *(self._row_key(s, id_list[i]) for i in member_list)]
                 rows = [packed[i * row_bytes : (i + 1) * row_bytes] for i in member_list]
-                calls.append((keys, [ttl, len(member_list), len(markers), len(guards), *expected, *rows]))
+                args = [writes.get(s, 0), len(member_list), expire_at, int(absent[members].sum()), fresh, *rows]
+                calls.append((keys + sets, args))
         metas = [
             self._meta_call(event.event_id, ttl, _counter_amounts(event.counters), not event.changed_rows)
             for event in events
@@ -616,6 +649,19 @@ class RedisStore(WeightStore):
                 return []
             replies = self._run_scripts(self._apply_metas, [_metas_call(self._version_key, metas)])[0]
         return [bool(reply) for reply in replies]
+
+    def _marker_sets(self, shard: int) -> tuple[int, list[bytes]]:
+        """(expiry of the current set, unix s; the sets an event applied within its TTL may be in, current last).
+
+        ``apply_rows`` marks events in one set per shard and day (for the default week's TTL), so a
+        batch's markers are one SADD, not one key with a TTL per event and shard.
+        """
+        bucket_s = max(self.event_ttl_s // 7, 1)
+        now = int(time.time())
+        current = now // bucket_s
+        oldest = (now - self.event_ttl_s) // bucket_s
+        prefix = self._shard_prefix[shard]
+        return (current + 1) * bucket_s + self.event_ttl_s, [prefix + b"evs:%d" % b for b in range(oldest, current + 1)]
 
     def _meta_call(
         self, event: str, ttl: int, counters: Mapping[str, list[str]], mark_only: bool
@@ -720,6 +766,9 @@ class RedisStore(WeightStore):
         template = self._initial_row(n_categories).astype("<f4").tobytes()
         initial_g = [float(s.initial) for s in self._globals]
         initial_t = [float(s.initial) for s in self._per_category]
+        sets_expire, marker_sets = {}, {}
+        for s in shards:
+            sets_expire[s], marker_sets[s] = self._marker_sets(s)
         calls = []
         for s, call in shards.items():
             keys: list[bytes] = [self._count_keys[s], *call.rows]
@@ -731,8 +780,15 @@ class RedisStore(WeightStore):
                 if guard is not None:
                     keys.append(guard)
                     guard_at = len(keys)
-                events.append([marker_at, guard_at, ops, ttl])
-            plan = msgpack.packb([self._g, self._t, width, initial_g, initial_t, events])
+                event_id = shard_marker[len(self._shard_prefix[s]) + 3 :].decode()  # cmsgpack reads no bin
+                events.append([marker_at, guard_at, ops, ttl, event_id])
+            keys.append(self._write_keys[s])
+            writes_at = len(keys)
+            sets_at = list(range(len(keys) + 1, len(keys) + 1 + len(marker_sets[s])))
+            keys += marker_sets[s]
+            plan = msgpack.packb(
+                [self._g, self._t, width, initial_g, initial_t, events, writes_at, sets_at, sets_expire[s]]
+            )
             calls.append((keys, [plan, template]))
         return calls
 
@@ -835,7 +891,7 @@ class RedisStore(WeightStore):
         for s, key in zip(shards, keys, strict=True):
             groups.setdefault(s, []).append(key)
         calls: list[tuple[list[bytes], list[Any]]] = [
-            ([self._count_keys[s], *members], []) for s, members in groups.items()
+            ([self._count_keys[s], self._write_keys[s], *members], []) for s, members in groups.items()
         ]
         with _store_errors("deleting rows"):
             deleted = int(sum(self._run_scripts(self._delete, calls)))

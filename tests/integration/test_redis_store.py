@@ -358,7 +358,7 @@ def test_cluster_keeps_a_shard_on_one_node_and_spreads_shards(make_cluster_store
     for shard in range(store.shards):
         prefix = f"sw:{{{store.model}:{shard}}}:".encode()
         keys = [key for key in store.model_keys() if key.startswith(prefix)]
-        assert len(keys) == 10 + 2  # 10 rows, the row count, the event marker
+        assert len(keys) == 10 + 3  # 10 rows, the row count, the write counter, the event marker
         assert len({client.keyslot(key) for key in keys}) == 1
         node = client.get_node_from_key(keys[0])
         assert client.get_redis_connection(node).exists(*keys) == len(keys)  # really stored there
@@ -592,3 +592,25 @@ def test_memory_store_never_writes_rows() -> None:
     memory = MemoryStore(TABLES)
     snapshot = memory.read_for_update(IDS)
     assert memory.apply_rows(snapshot, snapshot.values, _events("e1")) is None
+
+
+def test_event_by_event_apply_skips_shards_the_row_write_marked(make_store: StoreFactory) -> None:
+    """A crash after apply_rows wrote the shards but before the model-level marker: the fallback path,
+    which marks events with keys, must still see the shards' marker sets and not apply e1 again."""
+    store = make_store()
+    store.ensure_categories(["a", "b"])
+    snapshot = store.read_for_update(IDS)
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) == [True]
+    written = store.read(IDS)["positive"].copy()
+    store.client.delete(f"sw:{{{store.model}}}:ev:e1".encode())
+    store.apply([RowUpdate("positive", IDS[:20], np.array([0]), np.array([1.5]))], event_id="e1")
+    np.testing.assert_array_equal(store.read(IDS)["positive"], written)
+
+
+def test_deleting_rows_makes_a_snapshot_of_the_shard_stale(make_store: StoreFactory) -> None:
+    store = make_store()
+    store.ensure_categories(["a", "b"])
+    store.apply([RowUpdate("positive", IDS[:1], np.array([1]), np.array([2.0]))], event_id="seed")
+    snapshot = store.read_for_update(IDS)
+    assert store.delete(IDS[:1]) == 1  # compact, between the read and the write
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) is None
