@@ -93,7 +93,7 @@ class KafkaSettings:
     # Consumer.
     # Default size of one poll_batch: large enough to amortise one Redis pipeline per batch,
     # small enough that a batch is scored well within max_poll_interval_ms.
-    max_poll_records: int = 500
+    max_poll_records: int = 1000
     # How long the broker holds a fetch waiting for data: bounds the latency added when a
     # topic is quiet (the client default of 500 ms is tuned for throughput only). Tansu holds
     # every fetch that finds nothing new for the whole wait even as data arrives: at 10,000
