@@ -31,7 +31,8 @@ import numpy as np
 from numba import njit
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.fast_documents import HashTable, ParsedDocuments
+from stream_winnow.fast_documents import ParsedDocuments
+from stream_winnow.hash_table import HashTable
 
 Strength = Literal["binary", "count", "sqrt"]
 STRENGTHS: tuple[str, ...] = get_args(Strength)

@@ -244,3 +244,20 @@ def test_bulk_path_accounts_for_updates(store_factory: Callable[..., MemoryStore
     assert store.version == 7
     store.record_bulk(0, [])
     assert store.version == 7
+
+
+def test_large_lookups_through_the_hash_table_agree_with_the_dict() -> None:
+    """rows_of for many ids uses a compiled table mirroring the row dict, across allocations and deletes."""
+    store = MemoryStore([TableSpec("w", 1.0)])
+    store.ensure_categories(["a"])
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1 << 16, 1 << 62, size=3000, dtype=np.int64)
+    for step in range(6):
+        chunk = ids[step * 500 : (step + 1) * 500]
+        store.apply([RowUpdate("w", chunk[:40], np.array([0]), np.array([2.0]))])  # small: the dict path
+        store.apply([RowUpdate("w", chunk, np.array([0]), np.array([3.0]))])  # large: the table path
+        if step % 2:
+            store.delete(chunk[:100])  # the table is rebuilt after deletes
+        probe = np.concatenate([ids[: (step + 1) * 500], [0, 5, 1 << 40]]).astype(np.int64)
+        get = store._row.get
+        assert store.rows_of(probe).tolist() == [get(f, 0) for f in probe.tolist()]

