@@ -25,6 +25,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
@@ -123,6 +124,8 @@ class Worker:
         # The first report waits a period too: with kafka-python it asks the broker, which must not
         # hold up the first batches.
         self._lag_reported = time.monotonic()
+        self._cache_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="document-cache")
+        self._caching: Future[None] | None = None
         # The model's settings, to build the batch-local learner like the shared one.
         self._learner_spec = describe(learner)
 
@@ -195,6 +198,7 @@ class Worker:
         log.info("revoked %s", sorted(partitions))
 
     def _close(self) -> None:
+        self._cache_writer.shutdown(wait=True)
         for what, close in (("producer", self.producer.close), ("consumer", self.consumer.close)):
             try:
                 close()
@@ -289,8 +293,9 @@ class Worker:
                     self._dead_letter(record, "unknown-topic", f"the worker does not read topic {record.topic!r}")
             except CodecError as error:
                 self._dead_letter(record, error.code, error.detail)
-        self.cache.put_many(to_cache)
-        self.state.redis_ok = True
+        # The documents go to the cache from a helper thread while the batch is scored (most of the
+        # call is waiting for Redis); it is joined before any event reads the cache and before the commit.
+        self._caching = self._cache_writer.submit(self.cache.put_many, to_cache) if to_cache else None
         if parsed is not None and any(accepted):
             featurizer = self.learner.featurizer
             ids = [i for i, ok in zip(parsed_ids, accepted, strict=True) if ok]
@@ -300,9 +305,17 @@ class Worker:
             batch = self.learner.featurizer.transform_many([document.tokens for document in unlabelled])
             self._decide(batch, [d.id for d in unlabelled], [d.ts_ms for d in unlabelled])
         self._learn(labelled)
+        self._cached()
+        self.state.redis_ok = True
         self.producer.flush()
         self.consumer.commit(next_offsets(records))
         self.state.broker_ok = True
+
+    def _cached(self) -> None:
+        """Wait for the batch's documents to be in the cache (raises the cache's StoreError)."""
+        caching, self._caching = self._caching, None
+        if caching is not None:
+            caching.result()
 
     def _decide(self, batch: FeatureBatch, ids: Sequence[str], ts_ms: Sequence[int | None]) -> None:
         """Score a batch of unlabelled documents with ONE weight read and produce their decisions."""
@@ -334,6 +347,8 @@ class Worker:
             return
         store = self.learner.store
         missing = [item.document_id for item in items if item.tokens is None]
+        if missing:
+            self._cached()  # a label may refer to a document earlier in this very batch
         cached = self.cache.get_many(missing) if missing else {}
         resolved: list[tuple[_Labelled, tuple[str, ...]]] = []
         for item in items:
