@@ -10,7 +10,8 @@ ModApte token stream (training then test documents, repeated with unique ids up 
     scoring   the worker on unlabelled documents only (pre-loaded topic)
     learning  the worker on labelled events with tokens, each one a mistake of the model
     mixed     documents, plus labelled events (no tokens) for 10 % of them, sent once decided
-    latency   documents paced at half the scoring rate, ts = send time; ts -> decision arrival
+    latency   documents paced at half the scoring rate, ts = send time; ts -> decision arrival;
+              then the bare pipe at the same load (the transport's own latency, the floor)
 
 Every phase runs in a subprocess (the worker as ``python -m workers.cli worker`` with
 ``STREAM_WINNOW_*`` variables; the pipe as ``python -m benchmarks.service _pipe``) on its own
@@ -513,15 +514,21 @@ def _pipe_main(spec: dict[str, Any]) -> None:
     from workers.transport import make_consumer, make_producer, next_offsets
 
     settings = _settings(spec["bootstrap"], "bench-pipe", spec["batch"])
-    settings = replace(settings, session_timeout_ms=spec["session_timeout_ms"])
+    settings = replace(settings, session_timeout_ms=spec["session_timeout_ms"],
+                       fetch_max_wait_ms=spec.get("fetch_max_wait_ms", settings.fetch_max_wait_ms),
+                       linger_ms=spec.get("linger_ms", settings.linger_ms))  # fmt: skip
     consumer = make_consumer(settings, spec["client"])
     producer = make_producer(settings, spec["client"])
     consumer.subscribe([spec["in_topic"]], spec["group"])
     done = 0
     first = last = None
+    announced = not spec.get("announce")
     try:
         while done < spec["expected"]:
-            records = consumer.poll_batch(spec["batch"], 500)
+            records = consumer.poll_batch(spec["batch"], 100 if not announced else 500)
+            if not announced and consumer.assignment():
+                print("ready", flush=True)  # the latency phase starts its load only now
+                announced = True
             if not records:
                 continue
             if first is None:
@@ -578,6 +585,9 @@ class Environment:
     timeout_s: float
     run_id: str = field(default_factory=lambda: str(os.getpid()))
     counter: int = 0
+    # The worker's fetch wait and linger, which the bare pipe uses too (same batch settings).
+    fetch_max_wait_ms: int = 10
+    linger_ms: int = 5
 
     def name(self, phase: str, client: str) -> str:
         self.counter += 1
@@ -603,6 +613,7 @@ def phase_pipe(env: Environment, client: str, docs: Sequence[tuple[bytes, bytes]
     spec = {
         "bootstrap": env.bootstrap, "client": client, "in_topic": topics.documents, "out_topic": topics.decisions,
         "group": name, "batch": env.batch, "expected": len(docs), "session_timeout_ms": SESSION_TIMEOUT_MS,
+        "fetch_max_wait_ms": env.fetch_max_wait_ms, "linger_ms": env.linger_ms,
     }  # fmt: skip
     started = time.monotonic()
     process = subprocess.run(
@@ -777,22 +788,44 @@ def phase_mixed(
 
 
 def phase_latency(
-    env: Environment, client: str, model: str, docs: Sequence[LabelledDocument], rate: float, seconds: float
+    env: Environment, client: str, model: str | None, docs: Sequence[LabelledDocument], rate: float, seconds: float
 ) -> dict[str, Any]:
-    """Documents paced at ``rate``/s with ts = send time; percentiles of ts -> decision arrival here."""
+    """Documents paced at ``rate``/s with ts = send time; percentiles of ts -> decision arrival here.
+
+    ``model`` None runs the bare pipe instead of the worker at the same load: the transport's own
+    latency on this machine, the floor under the worker's.
+    """
     from workers.transport import make_producer
 
-    name = env.name("latency", client)
+    name = env.name("latency" if model is not None else "pipe-latency", client)
     topics = env.topics(name)
     n = max(1, min(len(docs), int(rate * seconds)))
     collector = Collector(env.bootstrap, [topics.decisions], latency=True).start_and_wait()
-    worker = _worker(env, client, model, topics, name)
+    # Every message but its ts packed beforehand, so pacing costs the load generator little CPU
+    # (the worker shares this machine's two cores with it).
+    heads = [_without_ts(encode_document(DocumentMessage(doc.id, doc.tokens, None, 0))) for doc in docs[:n]]
+    runner: WorkerProcess | subprocess.Popen[str]
+    if model is not None:
+        runner = _worker(env, client, model, topics, name)
+        check: Callable[[], None] = runner.check_alive
+    else:
+        spec = {
+            "bootstrap": env.bootstrap, "client": client, "in_topic": topics.documents,
+            "out_topic": topics.decisions, "group": name, "batch": env.batch, "expected": n,
+            "session_timeout_ms": SESSION_TIMEOUT_MS, "announce": True,
+            "fetch_max_wait_ms": env.fetch_max_wait_ms, "linger_ms": env.linger_ms,
+        }  # fmt: skip
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.service", "_pipe", json.dumps(spec)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        )  # fmt: skip
+        check = lambda: None  # noqa: E731
     producer = make_producer(_settings(env.bootstrap, "bench-load"), _helper_client())  # type: ignore[arg-type]
     try:
-        # Every message but its ts packed beforehand, so pacing costs the load generator little CPU
-        # (the worker shares this machine's two cores with it).
-        heads = [_without_ts(encode_document(DocumentMessage(doc.id, doc.tokens, None, 0))) for doc in docs[:n]]
-        worker.wait_ready(env.timeout_s)
+        if isinstance(runner, WorkerProcess):
+            runner.wait_ready(env.timeout_s)
+        elif runner.stdout is None or runner.stdout.readline().strip() != "ready":
+            raise TransportError("the bare pipe never got its partitions")
         started = time.perf_counter()
         sent = 0
         while sent < n:
@@ -803,10 +836,14 @@ def phase_latency(
             time.sleep(_PACE_TICK_S)
         offered_s = time.perf_counter() - started
         producer.flush()
-        collector.wait_for(n, env.timeout_s, worker.check_alive)
+        collector.wait_for(n, env.timeout_s, check)
     finally:
         producer.close()
-        worker.stop()
+        if isinstance(runner, WorkerProcess):
+            runner.stop()
+        else:
+            runner.kill()
+            runner.wait()
         collector.stop()
     latencies = np.asarray(collector.latencies_ms)
     p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
@@ -914,7 +951,9 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
     results["log_dir"] = str(log_dir)
     with start_broker() as broker, start_redis() as redis_server:
         env = Environment(broker.bootstrap_servers, redis_server.url, log_dir, config.worker_args,
-                          settings.batch_max_docs, settings.shards, config.timeout_s)  # fmt: skip
+                          settings.batch_max_docs, settings.shards, config.timeout_s,
+                          fetch_max_wait_ms=settings.kafka.fetch_max_wait_ms,
+                          linger_ms=settings.kafka.linger_ms)  # fmt: skip
         write_s = write_model(model, env.redis_url, MODEL, settings.shards, len(train))
         results["model_write_s"] = write_s
         results["memory"] = model_memory(env.redis_url, MODEL, settings.shards, model.learner.table_specs())
@@ -946,7 +985,9 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
             latency_model = f"{MODEL}-t-{client}"
             write_model(model, env.redis_url, latency_model, settings.shards, len(train))
             out["latency"] = phase_latency(env, client, latency_model, stream[:n], rate, config.latency_seconds)
-            say(f"[{client}] latency p99: {out['latency']['p99_ms']:.1f} ms")
+            say(f"[{client}] latency p99: {out['latency']['p99_ms']:.1f} ms; the bare pipe at the same load")
+            out["pipe_latency"] = phase_latency(env, client, None, stream[:n], rate, config.latency_seconds)
+            say(f"[{client}] bare pipe latency p99: {out['pipe_latency']['p99_ms']:.1f} ms")
             out["scoring_over_pipe"] = out["scoring"]["per_s"] / out["pipe"]["per_s"]
         if config.profile:
             client = config.clients[0]
@@ -1009,6 +1050,9 @@ def markdown(results: dict[str, Any]) -> str:
         ("latency p50 / p95 / p99 ms",
          lambda c: f"{_f(c['latency']['p50_ms'], 1)} / {_f(c['latency']['p95_ms'], 1)} / "
                    f"{_f(c['latency']['p99_ms'], 1)}"),
+        ("bare pipe at the same load: p50 / p95 / p99 ms",
+         lambda c: f"{_f(c['pipe_latency']['p50_ms'], 1)} / {_f(c['pipe_latency']['p95_ms'], 1)} / "
+                   f"{_f(c['pipe_latency']['p99_ms'], 1)}"),
     ]  # fmt: skip
     for label, cell in rows:
         lines.append(f"| {label} | " + " | ".join(cell(results["clients"][c]) for c in clients) + " |")

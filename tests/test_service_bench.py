@@ -55,6 +55,7 @@ def test_every_figure_is_reported() -> None:
         figures["latency"]["p50_ms"],
         figures["latency"]["p95_ms"],
         figures["latency"]["p99_ms"],
+        figures["pipe_latency"]["p99_ms"],
         results["memory"]["bytes_per_weight"],
         results["peers"]["stream_winnow balanced-winnow"]["per_s"],
     ]
@@ -64,7 +65,7 @@ def test_every_figure_is_reported() -> None:
     assert figures["mixed"]["learned"] == figures["mixed"]["labelled_events"] == 60
     assert len(results["profile"]["top"]) == 5
     table = markdown(results)
-    for row in ("bare pipe", "scoring docs/s", "learning events/s", "mixed docs/s", "p50 / p95 / p99",
+    for row in ("bare pipe", "scoring docs/s", "learning events/s", "mixed docs/s", "p50 / p95 / p99", "bare pipe at the same load",
                 "bytes per weight", "vowpalwabbit"):  # fmt: skip
         assert row in table
     json.dumps(results, default=str)
