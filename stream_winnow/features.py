@@ -113,6 +113,28 @@ class FeatureBatch:
         return [self.vector(i) for i in range(len(self))]
 
 
+def gather_rows(parts: Sequence[FeatureBatch], picks: Sequence[tuple[int, int]]) -> FeatureBatch:
+    """One batch of the rows ``picks`` = [(part, row in that part), ...] of ``parts``, in that order.
+
+    >>> f = Featurizer(FeatureConfig(strength="count"))
+    >>> a, b = f.transform_many([["x"], ["y", "y"]]), f.transform_many([["z"]])
+    >>> gather_rows([a, b], [(1, 0), (0, 1)]).strengths.tolist()
+    [1.0, 2.0]
+    """
+    row_base = np.cumsum([0] + [len(p) for p in parts])
+    entry_base = np.cumsum([0] + [len(p.ids) for p in parts])
+    starts = np.concatenate([p.indptr[:-1] + entry_base[i] for i, p in enumerate(parts)] + [np.zeros(0, np.int64)])
+    ends = np.concatenate([p.indptr[1:] + entry_base[i] for i, p in enumerate(parts)] + [np.zeros(0, np.int64)])
+    rows = np.array([row_base[part] + row for part, row in picks], dtype=np.int64)
+    lengths = (ends[rows] - starts[rows]).astype(np.int64)
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    index = np.repeat(starts[rows] - indptr[:-1], lengths) + np.arange(int(indptr[-1]))
+    ids = np.concatenate([p.ids for p in parts]) if parts else np.zeros(0, np.int64)
+    strengths = np.concatenate([p.strengths for p in parts]) if parts else np.zeros(0)
+    return FeatureBatch(indptr, ids[index], strengths[index])
+
+
 @njit(cache=True, nogil=True)
 def _count_per_document(
     indptr: np.ndarray, local: np.ndarray, vocabulary: int
@@ -219,8 +241,9 @@ class Featurizer:
         """Whether ``transform_hashed`` applies (bigrams need the token texts)."""
         return not self.config.bigrams
 
-    def transform_hashed(self, parsed: ParsedDocuments) -> FeatureBatch:
-        """The features of ``parsed``'s accepted documents, in message order (the same as ``transform_many``).
+    def transform_hashed(self, parsed: ParsedDocuments, select: np.ndarray | None = None) -> FeatureBatch:
+        """The features of ``parsed``'s messages with tokens (or those of them ``select`` picks), in message
+        order; the same as ``transform_many`` of their tokens.
 
         A token hash seen before costs one probe of a compiled table; a new one is decoded
         to text once and takes the same id ``transform_many`` gives it.
@@ -228,7 +251,12 @@ class Featurizer:
         if not self.reads_hashes:
             raise ConfigError("transform_hashed cannot make bigram features; use transform_many")
         self._forget_if_full()
-        hashes = parsed.token_hash
+        chosen = parsed.has_tokens if select is None else select & parsed.has_tokens
+        counts = np.diff(parsed.token_indptr)
+        hashes, token_at = parsed.token_hash, np.arange(len(parsed.token_hash))
+        if not chosen.all():
+            picked = np.repeat(chosen, counts)
+            hashes, token_at = hashes[picked], token_at[picked]
         local, missing = self._table.lookup(hashes)
         if missing:
             fresh: dict[int, int] = {}
@@ -236,11 +264,12 @@ class Featurizer:
                 h = int(hashes[k])
                 index = fresh.get(h)
                 if index is None:
-                    index = fresh[h] = self._index(parsed.token_text(k))
+                    index = fresh[h] = self._index(parsed.token_text(int(token_at[k])))
                 local[k] = index
             self._table.insert(np.fromiter(fresh.keys(), dtype=np.uint64, count=len(fresh)),
                                np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh)))  # fmt: skip
-        token_indptr = np.concatenate([[0], parsed.token_indptr[1:][parsed.ok]]).astype(np.int64)
+        token_indptr = np.zeros(int(chosen.sum()) + 1, dtype=np.int64)
+        np.cumsum(counts[chosen], out=token_indptr[1:])
         return self._batch(token_indptr, local)
 
     def _batch(self, token_indptr: np.ndarray, local: np.ndarray) -> FeatureBatch:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_winnow.codec import CodecLimits, decode_document
+from stream_winnow.codec import CodecLimits, decode_document, decode_labelled_event
 from stream_winnow.errors import CodecError
 from stream_winnow.fast_documents import parse_documents, token_hash
 from stream_winnow.features import FeatureConfig, Featurizer
@@ -41,6 +41,8 @@ def messages(draw: st.DrawFn) -> bytes:
             fields["ts"] = draw(ints | st.none() | st.floats() | st.booleans())
         if not draw(st.integers(0, 3)):
             fields["labels"] = draw(st.lists(st.text(max_size=3), max_size=2))
+    if valid and not draw(st.integers(0, 3)):
+        fields["labels"] = draw(st.lists(st.text(min_size=1, max_size=3), max_size=3, unique=True))
         if not draw(st.integers(0, 5)):
             fields[draw(st.sampled_from(["extra", "ids", "t"]))] = 1
     keys = list(fields)
@@ -78,7 +80,7 @@ def test_accepted_messages_decode_alike_and_featurize_alike(raws: list[bytes]) -
             continue
         assert expected is not None, f"fast path accepted what decode_document rejects: {raw!r}"
         document_id, tokens, ts_ms, labels = expected
-        assert labels is None
+        assert parsed.labels[i] == labels
         assert parsed.ids[i] == document_id
         assert parsed.ts_ms[i] == ts_ms
         reference = slow.transform_many([tokens])
@@ -107,7 +109,8 @@ def test_plain_documents_take_the_fast_path() -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        {"id": "d", "tokens": ["a"], "labels": ["earn"]},  # labelled: learned through the Python path
+        {"id": "d", "tokens": ["a"], "labels": ["earn", "earn"]},  # duplicate-label
+        {"id": "d", "tokens": ["a"], "labels": [""]},  # empty-string
         {"id": "d", "tokens": []},  # empty-tokens
         {"id": "", "tokens": ["a"]},  # empty id
         {"id": "d", "tokens": ["a"], "ts": -1},
@@ -143,3 +146,68 @@ def test_the_featurizer_memo_reset_also_resets_the_hash_table() -> None:
     first = featurizer.transform_hashed(parse_documents([msgpack.packb({"id": "a", "tokens": list("abcde")})]))
     second = featurizer.transform_hashed(parse_documents([msgpack.packb({"id": "b", "tokens": list("edcba")})]))
     assert sorted(first.ids.tolist()) == sorted(second.ids.tolist())
+
+
+@st.composite
+def events(draw: st.DrawFn) -> bytes:
+    """Labelled events, mostly well-formed, some broken the ways producers break them."""
+    fields: dict[Any, Any] = {
+        "event_id": draw(st.text(min_size=1, max_size=5)) if draw(st.integers(0, 5)) else draw(st.just("") | ints),
+        "id": draw(st.text(min_size=1, max_size=5)) if draw(st.integers(0, 5)) else draw(st.binary(max_size=2)),
+        "labels": draw(st.lists(st.text(min_size=1, max_size=3), max_size=4, unique=True))
+        if draw(st.integers(0, 3))
+        else draw(st.lists(st.text(min_size=0, max_size=3), max_size=4) | ints),
+    }
+    if draw(st.booleans()):
+        fields["tokens"] = draw(st.lists(token_text.filter(lambda t: 0 < len(t) <= 8), min_size=0, max_size=20))
+    if draw(st.booleans()):
+        fields["ts"] = draw(st.integers(min_value=-5, max_value=2**63 + 5))
+    for name in list(fields):
+        if not draw(st.integers(0, 12)):
+            del fields[name]
+    raw = msgpack.packb(fields, use_bin_type=True)
+    if not draw(st.integers(0, 8)) and raw:
+        raw = raw[: draw(st.integers(0, len(raw) - 1))]
+    return raw
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(events(), min_size=1, max_size=6))
+def test_accepted_events_decode_alike_and_featurize_alike(raws: list[bytes]) -> None:
+    parsed = parse_documents(raws, LIMITS, events=True)
+    fast, slow = Featurizer(), Featurizer()
+    batch = fast.transform_hashed(parsed)
+    row = 0
+    for i, raw in enumerate(raws):
+        try:
+            event = decode_labelled_event(raw, LIMITS)
+        except CodecError:
+            assert not parsed.ok[i], f"fast path accepted what decode_labelled_event rejects: {raw!r}"
+            continue
+        if not parsed.ok[i]:
+            continue
+        assert (parsed.event_ids[i], parsed.ids[i], parsed.labels[i], parsed.ts_ms[i]) == (
+            event.event_id,
+            event.id,
+            event.labels,
+            event.ts_ms,
+        )
+        assert bool(parsed.has_tokens[i]) == (event.tokens is not None)
+        if event.tokens is not None:
+            reference = slow.transform_many([event.tokens])
+            np.testing.assert_array_equal(batch.vector(row).ids, reference.ids)
+            np.testing.assert_array_equal(batch.vector(row).strengths, reference.strengths)
+            row += 1
+    assert row == len(batch)
+
+
+def test_plain_events_take_the_fast_path() -> None:
+    raws = [
+        msgpack.packb({"event_id": "e1", "id": "d1", "labels": ["crude", "ship"]}),
+        msgpack.packb({"event_id": "e2", "id": "d2", "labels": [], "tokens": ["oil"], "ts": 5}),
+    ]
+    parsed = parse_documents(raws, events=True)
+    assert parsed.ok.tolist() == [True, True]
+    assert parsed.event_ids == ["e1", "e2"] and parsed.labels == [("crude", "ship"), ()]
+    assert parsed.has_tokens.tolist() == [False, True]
+    assert len(Featurizer().transform_hashed(parsed)) == 1

@@ -46,8 +46,8 @@ from stream_winnow.codec import (
 )
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, TransportError
-from stream_winnow.fast_documents import parse_documents
-from stream_winnow.features import FeatureBatch, FeatureVector, Featurizer
+from stream_winnow.fast_documents import ParsedDocuments, parse_documents
+from stream_winnow.features import FeatureBatch, FeatureVector, Featurizer, gather_rows
 from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import KEEP_TABLE, MistakeDriven
@@ -99,6 +99,8 @@ class _Labelled:
     tokens: tuple[str, ...] | None
     decide: bool
     ts_ms: int | None
+    # Tokens as hashes from the compiled pass instead: (that pass's result, message position in it).
+    hashed: tuple[ParsedDocuments, int] | None = None
 
 
 class Worker:
@@ -261,22 +263,43 @@ class Worker:
         """Decide, learn, produce, flush and commit one batch (raises ServiceUnavailable to retry it)."""
         topics = self.config.topics
         limits = self.config.limits
+        # Plain documents and events in one compiled pass per topic; the rest (declined: broken, or
+        # unusual) through decode_document / decode_labelled_event, which name what is wrong.
+        hashes = self.learner.featurizer.reads_hashes
+        learns_hashed = hashes and isinstance(self.learner, MistakeDriven)
+        parsed_documents = parsed_events = None
         documents = [record.value for record in records if record.topic == topics.documents]
-        # Plain documents in one compiled pass; the rest (labelled, or declined) through decode_document.
-        parsed = parse_documents(documents, limits) if documents and self.learner.featurizer.reads_hashes else None
-        accepted = parsed.ok.tolist() if parsed is not None else [False] * len(documents)
-        parsed_ids = parsed.ids if parsed is not None else []
+        if documents and hashes:
+            parsed_documents = parse_documents(documents, limits)
+        events = [record.value for record in records if record.topic == topics.labels]
+        if events and learns_hashed:
+            parsed_events = parse_documents(events, limits, events=True)
+        document_ok = parsed_documents.ok.tolist() if parsed_documents is not None else [False] * len(documents)
+        event_ok = parsed_events.ok.tolist() if parsed_events is not None else [False] * len(events)
+        plain = np.zeros(len(documents), dtype=bool)  # accepted documents without labels: scored at once
         unlabelled: list[DocumentMessage] = []
         labelled: list[_Labelled] = []
         to_cache: dict[str, bytes] = {}
-        at = -1  # position of the record among the batch's documents
+        at_document = at_event = -1  # the record's position among the batch's documents / events
         for record in records:
             try:
                 if record.topic == topics.documents:
-                    at += 1
-                    if accepted[at]:
-                        to_cache[parsed_ids[at]] = record.value  # type: ignore[index]
-                        continue
+                    at_document += 1
+                    if document_ok[at_document]:
+                        assert parsed_documents is not None
+                        document_id = parsed_documents.ids[at_document]
+                        doc_labels = parsed_documents.labels[at_document]
+                        assert document_id is not None
+                        to_cache[document_id] = record.value
+                        if doc_labels is None:
+                            plain[at_document] = True
+                            continue
+                        if learns_hashed:
+                            labelled.append(
+                                _Labelled(record, f"doc:{document_id}", document_id, doc_labels, None, True,
+                                          parsed_documents.ts_ms[at_document], (parsed_documents, at_document))
+                            )  # fmt: skip
+                            continue
                     document = decode_document(record.value, limits)
                     to_cache[document.id] = record.value
                     if document.labels is None:
@@ -287,6 +310,19 @@ class Worker:
                                       document.tokens, True, document.ts_ms)
                         )  # fmt: skip
                 elif record.topic == topics.labels:
+                    at_event += 1
+                    if event_ok[at_event]:
+                        assert parsed_events is not None
+                        event_id, document_id = parsed_events.event_ids[at_event], parsed_events.ids[at_event]
+                        event_labels = parsed_events.labels[at_event]
+                        assert event_id is not None and document_id is not None and event_labels is not None
+                        with_tokens = bool(parsed_events.has_tokens[at_event])
+                        labelled.append(
+                            _Labelled(record, event_id, document_id, event_labels, None, False,
+                                      parsed_events.ts_ms[at_event],
+                                      (parsed_events, at_event) if with_tokens else None)
+                        )  # fmt: skip
+                        continue
                     event = decode_labelled_event(record.value, limits)
                     labelled.append(_labelled_event(record, event))
                 else:
@@ -296,11 +332,12 @@ class Worker:
         # The documents go to the cache from a helper thread while the batch is scored (most of the
         # call is waiting for Redis); it is joined before any event reads the cache and before the commit.
         self._caching = self._cache_writer.submit(self.cache.put_many, to_cache) if to_cache else None
-        if parsed is not None and any(accepted):
+        if parsed_documents is not None and plain.any():
             featurizer = self.learner.featurizer
-            ids = [i for i, ok in zip(parsed_ids, accepted, strict=True) if ok]
-            ts = [t for t, ok in zip(parsed.ts_ms, accepted, strict=True) if ok]
-            self._decide(featurizer.transform_hashed(parsed), ids, ts)  # type: ignore[arg-type]
+            chosen = np.flatnonzero(plain).tolist()
+            ids = [parsed_documents.ids[i] for i in chosen]
+            ts = [parsed_documents.ts_ms[i] for i in chosen]
+            self._decide(featurizer.transform_hashed(parsed_documents, plain), ids, ts)  # type: ignore[arg-type]
         if unlabelled:
             batch = self.learner.featurizer.transform_many([document.tokens for document in unlabelled])
             self._decide(batch, [d.id for d in unlabelled], [d.ts_ms for d in unlabelled])
@@ -346,12 +383,15 @@ class Worker:
         if not items:
             return
         store = self.learner.store
-        missing = [item.document_id for item in items if item.tokens is None]
+        missing = [item.document_id for item in items if item.tokens is None and item.hashed is None]
         if missing:
             self._cached()  # a label may refer to a document earlier in this very batch
         cached = self.cache.get_many(missing) if missing else {}
-        resolved: list[tuple[_Labelled, tuple[str, ...]]] = []
+        resolved: list[tuple[_Labelled, Tokens]] = []
         for item in items:
+            if item.hashed is not None:
+                resolved.append((item, None))
+                continue
             tokens = item.tokens if item.tokens is not None else cached.get(item.document_id)
             if tokens is None:
                 self._dead_letter(
@@ -375,7 +415,7 @@ class Worker:
         else:
             self._learn_one_by_one(fresh)
 
-    def _learn_batched(self, learner: MistakeDriven, items: list[tuple[_Labelled, tuple[str, ...]]]) -> None:
+    def _learn_batched(self, learner: MistakeDriven, items: list[tuple[_Labelled, Tokens]]) -> None:
         """One read of every feature of the batch, learning in order on a local copy, one write round.
 
         The local copy sees each update before the next item is scored, so a single worker decides
@@ -386,7 +426,7 @@ class Worker:
         if not items:
             return
         store = learner.store
-        batch = learner.featurizer.transform_many([tokens for _, tokens in items])
+        batch = self._features(items)
         unique = batch.distinct_ids()[0]
         started = time.perf_counter()
         snapshot = store.read_for_update(unique)
@@ -420,11 +460,44 @@ class Worker:
         self.metrics.updates.inc(sum(1 for wrong, ok in zip(wrongs, applied, strict=True) if ok and wrong))
         self.metrics.duplicates.inc(applied.count(False))
 
+    def _features(self, items: list[tuple[_Labelled, Tokens]]) -> FeatureBatch:
+        """The items' features in order, from token hashes (compiled pass) or token texts alike."""
+        featurizer = self.learner.featurizer
+        texts = [tokens for item, tokens in items if item.hashed is None]
+        if len(texts) == len(items):
+            return featurizer.transform_many(texts)  # type: ignore[arg-type]
+        parts: list[FeatureBatch] = []
+        picks: list[tuple[int, int]] = []
+        row_of: dict[tuple[int, int], tuple[int, int]] = {}  # (id of a parsed batch, position) -> pick
+        selected: dict[int, tuple[ParsedDocuments, np.ndarray]] = {}
+        for item, _ in items:
+            if item.hashed is not None:
+                parsed, position = item.hashed
+                mask = selected.setdefault(id(parsed), (parsed, np.zeros(len(parsed.ok), dtype=bool)))[1]
+                mask[position] = True
+        for parsed, mask in selected.values():
+            for row, position in enumerate(np.flatnonzero(mask).tolist()):
+                row_of[(id(parsed), position)] = (len(parts), row)
+            parts.append(featurizer.transform_hashed(parsed, mask))
+        text_part = len(parts)
+        if texts:
+            parts.append(featurizer.transform_many(texts))  # type: ignore[arg-type]
+        text_row = 0
+        for item, _ in items:
+            if item.hashed is not None:
+                picks.append(row_of[(id(item.hashed[0]), item.hashed[1])])
+            else:
+                picks.append((text_part, text_row))
+                text_row += 1
+        if len(parts) == 1 and all(row == i for i, (_, row) in enumerate(picks)):
+            return parts[0]
+        return gather_rows(parts, picks)
+
     def _learn_compiled(
         self,
         local: MistakeDriven,
         batch: FeatureBatch,
-        items: list[tuple[_Labelled, tuple[str, ...]]],
+        items: list[tuple[_Labelled, Tokens]],
         names: Sequence[str],
         version: int,
     ) -> tuple[list[tuple[str, ...]], Callable[[], list[tuple[Sequence[Update], str | None]]]]:
@@ -480,7 +553,7 @@ class Worker:
         self,
         local: MistakeDriven,
         batch: FeatureBatch,
-        items: list[tuple[_Labelled, tuple[str, ...]]],
+        items: list[tuple[_Labelled, Tokens]],
         names: Sequence[str],
         version: int,
     ) -> tuple[list[tuple[str, ...]], Callable[[], list[tuple[Sequence[Update], str | None]]]]:
@@ -507,10 +580,11 @@ class Worker:
             pending.append((updates, item.event_id))
         return wrongs, lambda: pending
 
-    def _learn_one_by_one(self, items: list[tuple[_Labelled, tuple[str, ...]]]) -> None:
+    def _learn_one_by_one(self, items: list[tuple[_Labelled, Tokens]]) -> None:
         """Naive Bayes (its scores need model-wide counts): predict and learn each item against Redis."""
         learner = self.learner
         for item, tokens in items:
+            assert tokens is not None, "only the mistake-driven rules learn from token hashes"
             vector = learner.transform(tokens)
             margins = learner.margins(vector)
             if item.decide:
@@ -582,6 +656,9 @@ class Worker:
 
 def _counters(updates: Sequence[Update]) -> tuple[CounterUpdate, ...]:
     return tuple(update for update in updates if isinstance(update, CounterUpdate))
+
+
+Tokens = tuple[str, ...] | None  # None: the item's tokens are hashes from the compiled pass (_Labelled.hashed)
 
 
 def _labelled_event(record: Record, event: LabelledEvent) -> _Labelled:

@@ -1,0 +1,103 @@
+"""The worker's compiled path (messages to token hashes) and its text path learn and decide identically.
+
+One batch mixes everything a worker meets: plain documents, labelled documents, labelled events
+with tokens, events that find their document in the cache, a malformed message. It goes through
+``Worker.process`` twice, on two fresh models in a real Redis, once as it is and once with the
+compiled pass switched off; weights, versions and decisions must come out the same.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+
+import msgpack
+import numpy as np
+import pytest
+
+from stream_winnow.document_cache import DocumentCache
+from stream_winnow.features import Featurizer
+from stream_winnow.models import connect, open_learner
+from stream_winnow.synthetic import synthetic_stream
+from workers.config import Topics, WorkerConfig
+from workers.transport import KafkaSettings, Record, make_consumer, make_producer
+from workers.worker import Worker
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+class _NoCommit:
+    """The batches are handed to ``process`` directly; there is no group to commit to."""
+
+    def commit(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        return None
+
+
+def _batches(topics: Topics) -> list[list[Record]]:
+    docs = synthetic_stream(60, seed=3)
+    first = [Record(topics.documents, 0, i, msgpack.packb({"id": d.id, "tokens": list(d.tokens)}))
+             for i, d in enumerate(docs[:30])]  # fmt: skip
+    second: list[Record] = []
+    for i, d in enumerate(docs[:30]):
+        if i % 3 == 0:  # the document comes from the cache
+            body = {"event_id": f"e{i}", "id": d.id, "labels": list(d.labels)}
+        else:
+            body = {"event_id": f"e{i}", "id": d.id, "labels": list(d.labels), "tokens": list(d.tokens)}
+        second.append(Record(topics.labels, 0, i, msgpack.packb(body)))
+        labelled = docs[30 + i]
+        second.append(
+            Record(
+                topics.documents,
+                1,
+                i,
+                msgpack.packb(
+                    {"id": labelled.id, "tokens": list(labelled.tokens), "labels": list(labelled.labels), "ts": 7}
+                ),
+            )
+        )
+    second.append(Record(topics.labels, 1, 0, b"\xc1 not msgpack"))
+    return [first, second]
+
+
+def _run(
+    redis_url: str, bootstrap: str, topics: Topics, compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, np.ndarray, dict[str, np.ndarray], dict[str, float]]:
+    model = f"paths-{uuid.uuid4().hex[:8]}"
+    client = connect(redis_url)
+    learner = open_learner(client, model, learner="balanced-winnow")
+    config = WorkerConfig(KafkaSettings(bootstrap), redis_url, model=model, topics=topics)
+    producer = make_producer(config.kafka, "kafka-python")
+    worker = Worker(config, _NoCommit(), producer, learner, DocumentCache(client, model))  # type: ignore[arg-type]
+    with monkeypatch.context() as patch:
+        if not compiled:
+            patch.setattr(Featurizer, "reads_hashes", property(lambda self: False))
+        for batch in _batches(topics):
+            worker.process(batch)
+    producer.close()
+    store = learner.store
+    ids = np.sort(np.concatenate([chunk for chunk, _ in store.iter_rows()]))
+    return store.version, ids, store.read(ids), store.counters("updates")
+
+
+def test_compiled_and_text_paths_learn_the_same(
+    redis_url: str, kafka_bootstrap: str, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topics = Topics(topic_factory(prefix="docs"), topic_factory(prefix="labels"), topic_factory(prefix="decisions"),
+                    topic_factory(partitions=1, prefix="dead"))  # fmt: skip
+    fast = _run(redis_url, kafka_bootstrap, topics, True, monkeypatch)
+    slow = _run(redis_url, kafka_bootstrap, topics, False, monkeypatch)
+    assert fast[0] == slow[0] > 0  # the same number of updates
+    np.testing.assert_array_equal(fast[1], slow[1])
+    for table in slow[2]:
+        np.testing.assert_array_equal(fast[2][table], slow[2][table])
+    assert fast[3] == slow[3]
+    # Both runs decided every document (30 plain + 30 labelled, twice) and dead-lettered the bad message.
+    with make_consumer(KafkaSettings(kafka_bootstrap), "kafka-python") as consumer:  # type: ignore[arg-type]
+        consumer.subscribe([topics.decisions, topics.dead_letters], f"check-{uuid.uuid4().hex[:6]}")
+        seen: dict[str, int] = {topics.decisions: 0, topics.dead_letters: 0}
+        for _ in range(60):
+            for record in consumer.poll_batch(1000, 500):
+                seen[record.topic] += 1
+            if seen[topics.decisions] >= 120 and seen[topics.dead_letters] >= 2:
+                break
+    assert seen == {topics.decisions: 120, topics.dead_letters: 2}
