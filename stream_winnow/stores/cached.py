@@ -84,10 +84,25 @@ class CachedStore(WeightStore):
                 self._rows.ensure_categories(categories)
                 stale_ids = unique.tolist()
             ids = np.array(stale_ids, dtype=np.int64)
-            self._rows.load_rows(ids, self.inner.read(ids))
+            values = self.inner.read(ids)
+            if self._width(values) != len(self._rows.categories()):
+                # Categories were added since the state was read: start afresh at the new width.
+                self._reset()
+                self._rows.ensure_categories(self.inner.known_categories())
+                ids = unique
+                values = self.inner.read(ids)
+                stale_ids = ids.tolist()
+            self._rows.load_rows(ids, values)
             for fid in stale_ids:
                 self._fetched[fid] = (now, state)
         return self._rows.read(feature_ids)
+
+    def _width(self, values: Mapping[str, np.ndarray]) -> int:
+        """Categories in rows as the inner store returned them."""
+        for name, spec in self.tables.items():
+            if spec.per_category:
+                return int(values[name].shape[1])
+        return len(self._rows.categories())
 
     def prefetch(self) -> int:
         """Load the model's rows into the cache until it is full; returns how many were loaded.

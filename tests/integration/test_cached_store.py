@@ -113,3 +113,22 @@ def test_deleting_rows_without_a_new_version_still_invalidates(redis_url: str) -
     theirs.delete(IDS[:10])
     assert theirs.version == version
     assert cached.read(IDS)["positive"][0, 0] == pytest.approx(2.0)
+
+
+def test_a_category_added_between_the_state_and_the_rows_is_read_at_the_new_width(redis_url: str) -> None:
+    """Seen in the Reuters demo: labels create categories while a worker scores (a shape mismatch then)."""
+    mine, theirs = pair(redis_url)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    cached.read(IDS[:10])
+    original = mine.row_state
+
+    def racing_state() -> tuple[int, object]:
+        state = original()
+        theirs.ensure_categories(["grain"])  # right after the state was read, before the rows are
+        return state
+
+    mine.row_state = racing_state  # type: ignore[method-assign]
+    got = cached.read(IDS)
+    mine.row_state = original  # type: ignore[method-assign]
+    assert got["positive"].shape == (len(IDS), 3)
+    np.testing.assert_array_equal(got["positive"], mine.read(IDS)["positive"])
