@@ -610,14 +610,9 @@ def phase_pipe(env: Environment, client: str, docs: Sequence[tuple[bytes, bytes]
     topics = env.topics(name)
     preload_s = preload(env.bootstrap, topics.documents, docs)
     collector = Collector(env.bootstrap, [topics.decisions]).start_and_wait()
-    spec = {
-        "bootstrap": env.bootstrap, "client": client, "in_topic": topics.documents, "out_topic": topics.decisions,
-        "group": name, "batch": env.batch, "expected": len(docs), "session_timeout_ms": SESSION_TIMEOUT_MS,
-        "fetch_max_wait_ms": env.fetch_max_wait_ms, "linger_ms": env.linger_ms,
-    }  # fmt: skip
     started = time.monotonic()
     process = subprocess.run(
-        [sys.executable, "-m", "benchmarks.service", "_pipe", json.dumps(spec)],
+        _pipe_command(env, client, topics, name, len(docs)),
         capture_output=True, text=True, timeout=env.timeout_s, check=False,
     )  # fmt: skip
     wall = time.monotonic() - started
@@ -639,6 +634,18 @@ def phase_pipe(env: Environment, client: str, docs: Sequence[tuple[bytes, bytes]
         "process_wall_s": wall,
         "preload_per_s": _rate(len(docs), preload_s),
     }
+
+
+def _pipe_command(
+    env: Environment, client: str, topics: Topics, group: str, expected: int, *, announce: bool = False
+) -> list[str]:
+    """The bare pipe's command line: documents -> decisions with the worker's batch settings."""
+    spec = {
+        "bootstrap": env.bootstrap, "client": client, "in_topic": topics.documents, "out_topic": topics.decisions,
+        "group": group, "batch": env.batch, "expected": expected, "session_timeout_ms": SESSION_TIMEOUT_MS,
+        "fetch_max_wait_ms": env.fetch_max_wait_ms, "linger_ms": env.linger_ms, "announce": announce,
+    }  # fmt: skip
+    return [sys.executable, "-m", "benchmarks.service", "_pipe", json.dumps(spec)]
 
 
 def _worker(env: Environment, client: str, model: str, topics: Topics, group: str,
@@ -809,14 +816,8 @@ def phase_latency(
         runner = _worker(env, client, model, topics, name)
         check: Callable[[], None] = runner.check_alive
     else:
-        spec = {
-            "bootstrap": env.bootstrap, "client": client, "in_topic": topics.documents,
-            "out_topic": topics.decisions, "group": name, "batch": env.batch, "expected": n,
-            "session_timeout_ms": SESSION_TIMEOUT_MS, "announce": True,
-            "fetch_max_wait_ms": env.fetch_max_wait_ms, "linger_ms": env.linger_ms,
-        }  # fmt: skip
         runner = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.service", "_pipe", json.dumps(spec)],
+            _pipe_command(env, client, topics, name, n, announce=True),
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
         )  # fmt: skip
         check = lambda: None  # noqa: E731

@@ -65,6 +65,7 @@ __all__ = [
     "LabelledEvent",
     "ReasonCode",
     "SchemaName",
+    "dead_letter_fields",
     "decode_dead_letter",
     "decode_decision",
     "decode_document",
@@ -472,6 +473,13 @@ def _score_map_layout(names: tuple[str, ...]) -> tuple[np.ndarray, tuple[np.dtyp
 
 def encode_dead_letter(d: DeadLetter, limits: CodecLimits = DEFAULT_LIMITS) -> bytes:
     """Encode a dead letter for topic ``dead-letters``, ``original`` as msgpack bin."""
+    raw = _pack(dead_letter_fields(d))
+    decode_dead_letter(raw, limits)
+    return raw
+
+
+def dead_letter_fields(d: DeadLetter) -> dict[str, Any]:
+    """The dead letter as its schema's map (``original`` as bytes; a JSON rendering base64-encodes it)."""
     obj: dict[str, Any] = {
         "reason": d.reason,
         "detail": d.detail,
@@ -483,9 +491,7 @@ def encode_dead_letter(d: DeadLetter, limits: CodecLimits = DEFAULT_LIMITS) -> b
     }
     if d.worker is not None:
         obj["worker"] = d.worker
-    raw = _pack(obj)
-    decode_dead_letter(raw, limits)
-    return raw
+    return obj
 
 
 def load_schema(name: SchemaName) -> dict[str, Any]:

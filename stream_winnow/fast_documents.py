@@ -198,6 +198,38 @@ def _token_chars(buf: np.ndarray, s: int, n: int) -> int:
     return n
 
 
+@njit(cache=True, inline="always")
+def _strings(
+    buf: np.ndarray,
+    at: int,
+    end: int,
+    min_count: int,
+    max_count: int,
+    max_chars: int,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    first: int,
+    hashes: np.ndarray,
+) -> tuple[int, int]:
+    """A msgpack array of non-empty valid UTF-8 strings of at most ``max_chars`` characters at ``at``:
+    their spans go to ``starts``/``lengths`` (and, unless ``hashes`` is empty, their hashes to it) from
+    ``first``; returns (count, position after it), or (-1, ...) if the array is anything else or holds
+    too few or too many."""
+    count, at = _container_header(buf, at, end, 0x90, 0xDC)
+    if count < min_count or count > max_count or first + count > starts.shape[0]:
+        return -1, at
+    for j in range(count):
+        s, n = _str_header(buf, at, end)
+        chars = _token_chars(buf, s, n) if s >= 0 else -1
+        if chars < 1 or chars > max_chars:
+            return -1, at
+        starts[first + j], lengths[first + j] = s, n
+        if hashes.shape[0]:
+            hashes[first + j] = _hash_bytes(buf, s, s + n)
+        at = s + n
+    return count, at
+
+
 @njit(cache=True)
 def _parse(
     buf: np.ndarray,
@@ -224,6 +256,7 @@ def _parse(
     tok_len = np.empty(capacity, dtype=np.int64)
     lab_start = np.empty(capacity, dtype=np.int64)
     lab_len = np.empty(capacity, dtype=np.int64)
+    no_hashes = np.empty(0, dtype=np.uint64)
     k = 0
     q = 0
     for i in range(n_messages):
@@ -261,39 +294,19 @@ def _parse(
                 at = s + n
             elif _key_is(buf, key_start, key_n, tokens_word) and not seen_tokens:
                 seen_tokens = True
-                count, at = _container_header(buf, at, end, 0x90, 0xDC)
-                if count < 1 or count > max_tokens:
+                got, at = _strings(buf, at, end, 1, max_tokens, max_chars, tok_start, tok_len, k, hashes)
+                if got < 0:
                     good = False
                     break
-                for _t in range(count):
-                    s, n = _str_header(buf, at, end)
-                    chars = _token_chars(buf, s, n) if s >= 0 else -1
-                    if chars < 1 or chars > max_chars or k >= capacity:
-                        good = False
-                        break
-                    hashes[k] = _hash_bytes(buf, s, s + n)
-                    tok_start[k], tok_len[k] = s, n
-                    k += 1
-                    at = s + n
-                if not good:
-                    break
+                k += got
             elif _key_is(buf, key_start, key_n, labels_word) and not seen_labels:
                 seen_labels = True
-                count, at = _container_header(buf, at, end, 0x90, 0xDC)
-                if count < 0 or count > max_labels:
+                # Labels may be of any length; duplicates are checked in Python.
+                got, at = _strings(buf, at, end, 0, max_labels, end - at, lab_start, lab_len, q, no_hashes)
+                if got < 0:
                     good = False
                     break
-                for _t in range(count):  # strings of any length; duplicates are checked in Python
-                    s, n = _str_header(buf, at, end)
-                    chars = _token_chars(buf, s, n) if s >= 0 else -1
-                    if chars < 1 or q >= capacity:
-                        good = False
-                        break
-                    lab_start[q], lab_len[q] = s, n
-                    q += 1
-                    at = s + n
-                if not good:
-                    break
+                q += got
             elif _key_is(buf, key_start, key_n, ts_word) and not seen_ts:
                 seen_ts = True
                 if at >= end:

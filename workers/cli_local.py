@@ -30,6 +30,7 @@ import click
 from stream_winnow.codec import (
     DocumentMessage,
     LabelledEvent,
+    dead_letter_fields,
     decode_dead_letter,
     decode_decision,
     encode_document,
@@ -327,18 +328,7 @@ def _dead_letter_json(raw: bytes) -> dict[str, Any]:
         d = decode_dead_letter(raw)
     except CodecError as error:
         return {"error": str(error), "value": base64.b64encode(raw).decode("ascii")}
-    obj: dict[str, Any] = {
-        "reason": d.reason,
-        "detail": d.detail,
-        "source_topic": d.source_topic,
-        "source_partition": d.source_partition,
-        "source_offset": d.source_offset,
-        "original": base64.b64encode(d.original).decode("ascii"),
-        "ts": d.ts_ms,
-    }
-    if d.worker is not None:
-        obj["worker"] = d.worker
-    return obj
+    return {**dead_letter_fields(d), "original": base64.b64encode(d.original).decode("ascii")}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from stream_winnow.stores.redis import RedisStore
 from stream_winnow.tokenize import tokenize
 from stream_winnow.training import fit
 from workers.cli_learning import learner_options, make_learner
-from workers.cli_service import option
+from workers.cli_service import model_options, option
 from workers.config import redact_url
 
 # MEMORY USAGE is one command per key; past this many keys `status` measures a random sample and
@@ -57,17 +57,6 @@ _SCAN_COUNT = 1_000
 _METADATA_PATTERN = b"sw:{*}:metadata"
 # A table spec that lets a RedisStore read a model's metadata whatever its learner (no rows are touched).
 _ANY_TABLE = TableSpec("any", 0.0)
-
-
-def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Where Redis is and which model (``STREAM_WINNOW_REDIS_URL``, ``STREAM_WINNOW_MODEL``)."""
-    for decorator in reversed([
-        option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True,
-               help="redis://[:password@]host:port/db (a Cluster node's URL for a Cluster)."),
-        option("--model", default="default", show_default=True, help="The model's name in Redis."),
-    ]):  # fmt: skip
-        command = decorator(command)
-    return command
 
 
 def json_option(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -35,16 +35,22 @@ def option(flag: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[
     return click.option(flag, envvar=env(flag), show_envvar=True, **kwargs)
 
 
-def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Where the broker and Redis are, and the model's name (shared by every service command)."""
+def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Where Redis is and which model (``STREAM_WINNOW_REDIS_URL``, ``STREAM_WINNOW_MODEL``)."""
     for decorator in reversed([
-        option("--bootstrap-servers", default="127.0.0.1:9092", show_default=True, help="Kafka host:port[,...]."),
         option("--redis-url", default="redis://127.0.0.1:6379/0", show_default=True,
                help="redis://[:password@]host:port/db (a Cluster node's URL for a Cluster)."),
         option("--model", default="default", show_default=True, help="The model's name in Redis."),
     ]):  # fmt: skip
         command = decorator(command)
     return command
+
+
+def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Where the broker and Redis are, and the model's name (shared by every service command)."""
+    bootstrap = option("--bootstrap-servers", default="127.0.0.1:9092", show_default=True,
+                       help="Kafka host:port[,...].")  # fmt: skip
+    return bootstrap(model_options(command))
 
 
 class _JsonFormatter(logging.Formatter):

@@ -88,6 +88,12 @@ class WorkerState:
         return self.broker_ok and self.redis_ok and bool(self.assigned)
 
 
+# A learning item's tokens; None: they are hashes from the compiled pass (``_Labelled.hashed``).
+Tokens = tuple[str, ...] | None
+# Each learning item's store updates and event id, for ``apply_many`` (built only when needed).
+Pending = list[tuple[Sequence[Update], str | None]]
+
+
 @dataclass(frozen=True)
 class _Labelled:
     """A learning item: a labelled document (also decided) or a labelled event."""
@@ -500,7 +506,7 @@ class Worker:
         items: list[tuple[_Labelled, Tokens]],
         names: Sequence[str],
         version: int,
-    ) -> tuple[list[tuple[str, ...]], Callable[[], list[tuple[Sequence[Update], str | None]]]]:
+    ) -> tuple[list[tuple[str, ...]], Callable[[], Pending]]:
         """The batch through the compiled loop: each item's mistaken categories, and its updates on demand."""
         stream = compiled.prepare(local, batch, [item.labels for item, _ in items])
         actions = np.zeros((len(items), len(names)), dtype=np.int8)
@@ -529,10 +535,10 @@ class Worker:
                     self.metrics.mistakes.labels(category).inc()
             wrongs.append(wrong)
 
-        def pending() -> list[tuple[Sequence[Update], str | None]]:
+        def pending() -> Pending:
             distinct, inverse = batch.distinct_ids()
             keep = (local.store.read(distinct)[KEEP_TABLE][:, 0] > 0)[inverse]
-            out: list[tuple[Sequence[Update], str | None]] = []
+            out: Pending = []
             for i, (item, _) in enumerate(items):
                 updates: list[Update] = []
                 if wrongs[i]:
@@ -556,10 +562,10 @@ class Worker:
         items: list[tuple[_Labelled, Tokens]],
         names: Sequence[str],
         version: int,
-    ) -> tuple[list[tuple[str, ...]], Callable[[], list[tuple[Sequence[Update], str | None]]]]:
+    ) -> tuple[list[tuple[str, ...]], Callable[[], Pending]]:
         """The reference path, one item at a time (rules the compiled loop does not know)."""
         local_store = local.store
-        pending: list[tuple[Sequence[Update], str | None]] = []
+        pending: Pending = []
         wrongs: list[tuple[str, ...]] = []
         for i, (item, _) in enumerate(items):
             vector = batch.vector(i)
@@ -656,9 +662,6 @@ class Worker:
 
 def _counters(updates: Sequence[Update]) -> tuple[CounterUpdate, ...]:
     return tuple(update for update in updates if isinstance(update, CounterUpdate))
-
-
-Tokens = tuple[str, ...] | None  # None: the item's tokens are hashes from the compiled pass (_Labelled.hashed)
 
 
 def _labelled_event(record: Record, event: LabelledEvent) -> _Labelled:

@@ -36,13 +36,14 @@ class CachedStore(WeightStore):
         # starts afresh.
         self.max_bytes = max_bytes
         self._rows = MemoryStore(list(inner.tables.values()))
-        self._fetched: dict[int, tuple[float, Hashable | None]] = {}  # feature id -> (monotonic time, row state)
+        # feature id -> (monotonic time, row state) of its fetch; kept only with a staleness bound
+        self._fetched: dict[int, tuple[float, Hashable | None]] = {}
         self._state: Hashable | None = None  # the row state the cached rows were read at (exact mode)
         self.last_staleness_s = 0.0
         self.last_version: int | None = None  # the model version the last read saw (None: not known)
 
     def __repr__(self) -> str:
-        return f"CachedStore({self.inner!r}, max_staleness_ms={self.max_staleness_ms}, rows={len(self._fetched)})"
+        return f"CachedStore({self.inner!r}, max_staleness_ms={self.max_staleness_ms}, rows={self._rows.n_features()})"
 
     def max_rows(self) -> int:
         width = sum(self._rows.widths().values())
@@ -62,40 +63,37 @@ class CachedStore(WeightStore):
         now = time.monotonic()
         categories = self.inner.known_categories() if state is not None else self.inner.categories()
         if categories != self._rows.categories():
-            self._reset()  # a new category widens every row: start afresh
-            self._rows.ensure_categories(categories)
+            self._start_afresh(categories)  # a new category widens every row
         unique = np.unique(feature_ids)
+        self.last_staleness_s = 0.0
         if state is not None and state == self._state:
             # Nothing changed since the cached rows were read: they are exact; fetch the unseen ones.
-            self.last_staleness_s = 0.0
-            stale_ids = unique[self._rows.rows_of(unique) == 0].tolist()
+            stale = unique[self._rows.rows_of(unique) == 0]
         elif not bounded:
-            self._reset()
-            self._rows.ensure_categories(categories)
-            self.last_staleness_s = 0.0
-            stale_ids = unique.tolist()
+            self._start_afresh(categories)
+            stale = unique
         else:
-            stale_ids = self._stale(unique, state, now)
+            stale = self._stale(unique, state, now)
         # After a bounded read rows at older states may remain: the per-row check stays on from then on.
         self._state = state if not bounded or self._state == state else None
-        if stale_ids:
-            if len(self._fetched) + len(stale_ids) > self.max_rows():
-                self._reset()
-                self._rows.ensure_categories(categories)
-                stale_ids = unique.tolist()
-            ids = np.array(stale_ids, dtype=np.int64)
-            values = self.inner.read(ids)
+        if len(stale):
+            if self._rows.n_features() + len(stale) > self.max_rows():
+                self._start_afresh(categories)
+                stale = unique
+            values = self.inner.read(stale)
             if self._width(values) != len(self._rows.categories()):
                 # Categories were added since the state was read: start afresh at the new width.
-                self._reset()
-                self._rows.ensure_categories(self.inner.known_categories())
-                ids = unique
-                values = self.inner.read(ids)
-                stale_ids = ids.tolist()
-            self._rows.load_rows(ids, values)
-            for fid in stale_ids:
-                self._fetched[fid] = (now, state)
+                self._start_afresh(self.inner.known_categories())
+                stale = unique
+                values = self.inner.read(stale)
+            self._rows.load_rows(stale, values)
+            if bounded:  # fetch times matter only for the staleness bound
+                self._fetched.update(dict.fromkeys(stale.tolist(), (now, state)))
         return self._rows.read(feature_ids)
+
+    def _start_afresh(self, categories: Sequence[str]) -> None:
+        self._reset()
+        self._rows.ensure_categories(categories)
 
     def _width(self, values: Mapping[str, np.ndarray]) -> int:
         """Categories in rows as the inner store returned them."""
@@ -115,21 +113,19 @@ class CachedStore(WeightStore):
         if state is None:
             return 0
         categories = self.inner.categories()
-        self._reset()
-        self._rows.ensure_categories(categories)
+        self._start_afresh(categories)
         budget, loaded, now = self.max_rows(), 0, time.monotonic()
         for ids, values in self.inner.iter_rows():
-            widths = {table: block.shape[1] for table, block in values.items() if self.tables[table].per_category}
-            if loaded + len(ids) > budget or any(w != len(categories) for w in widths.values()):
+            if loaded + len(ids) > budget or self._width(values) != len(categories):
                 break  # full, or a category was added meanwhile: the rest is read when asked for
             self._rows.load_rows(ids, values)
-            for fid in ids.tolist():
-                self._fetched[fid] = (now, state)
+            if self.max_staleness_ms > 0:
+                self._fetched.update(dict.fromkeys(ids.tolist(), (now, state)))
             loaded += len(ids)
         self._state = state
         return loaded
 
-    def _stale(self, unique: np.ndarray, state: Hashable | None, now: float) -> list[int]:
+    def _stale(self, unique: np.ndarray, state: Hashable | None, now: float) -> np.ndarray:
         """Ids to fetch again: fetched at another state (or unknown) longer ago than the bound."""
         oldest = now - self.max_staleness_ms / 1000
         fetched = self._fetched
@@ -143,7 +139,7 @@ class CachedStore(WeightStore):
             elif not current:
                 staleness = max(staleness, now - seen[0])
         self.last_staleness_s = staleness
-        return stale_ids
+        return np.array(stale_ids, dtype=np.int64)
 
     def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
         self._forget(updates)

@@ -574,7 +574,8 @@ class RedisStore(WeightStore):
         """``read`` of unique ids that keeps the raw rows and each shard's write counter, read with them."""
         ids = np.asarray(feature_ids, dtype=np.int64)
         raw, writes = self._fetch_with_writes(ids, writes=True) if len(ids) else ([], {})
-        return RowSnapshot(ids, self._split(self._decode(raw)), (raw, writes))
+        block = self._decode(raw)
+        return RowSnapshot(ids, self._split(block), (raw, writes, block))
 
     def packed_rows(self, values: Mapping[str, np.ndarray], n_categories: int) -> np.ndarray:
         """Rows in the stored layout, (rows, G + C*T) little-endian float32, from values per table."""
@@ -603,10 +604,11 @@ class RedisStore(WeightStore):
         ``apply_many``, whose per-event scripts skip the shards already written.
         """
         token = snapshot.token
-        if not (isinstance(token, tuple) and len(token) == 2 and len(token[0]) == len(snapshot.feature_ids)):
+        if not (isinstance(token, tuple) and len(token) == 3 and len(token[0]) == len(snapshot.feature_ids)):
             return None
         raw: list[bytes | None] = token[0]
         writes: dict[int, int] = token[1]
+        old: np.ndarray = token[2]  # the rows as read, decoded once
         ids = snapshot.feature_ids
         n = len(ids)
         per_category = [learned[spec.name].shape[1] for spec in self._per_category]
@@ -614,7 +616,6 @@ class RedisStore(WeightStore):
         width = new.shape[1]
         if any(row is not None and len(row) > 4 * width for row in raw):
             return None  # rows wider than what we learned on: categories we do not know yet
-        old = self._decode(raw)
         if old.shape[1] != width:
             return None
         changed = np.flatnonzero((old.astype("<f4") != new).any(axis=1)) if n else np.zeros(0, dtype=np.int64)

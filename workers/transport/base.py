@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from stream_winnow.errors import ConfigError
 
@@ -57,6 +57,11 @@ class Record:
     value: bytes
     key: bytes | None = None
     timestamp_ms: int | None = None
+
+
+def topic_partition(tp: Any) -> TopicPartition:
+    """(topic, partition) of a client library's TopicPartition object."""
+    return (tp.topic, tp.partition)
 
 
 def next_offsets(records: Iterable[Record]) -> dict[TopicPartition, int]:
@@ -141,7 +146,26 @@ class KafkaSettings:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
 
 
-class Consumer(ABC):
+class _ClosedOnExit(ABC):
+    """``with client:`` closes the client at the end of the block."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the client. Idempotent."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Consumer(_ClosedOnExit):
     """Reads batches from topics as a member of a consumer group; offsets are committed by hand."""
 
     @abstractmethod
@@ -189,19 +213,8 @@ class Consumer(ABC):
     def close(self) -> None:
         """Leave the group (its partitions go to the others at once) and release sockets. Idempotent."""
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class Producer(ABC):
+class Producer(_ClosedOnExit):
     """Sends messages; ``flush`` is the point where they are known to be stored."""
 
     @abstractmethod
@@ -223,14 +236,3 @@ class Producer(ABC):
     @abstractmethod
     def close(self, timeout_ms: int = 5_000) -> None:
         """Try to deliver what is queued for up to ``timeout_ms``, then release the client. Idempotent."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

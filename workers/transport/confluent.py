@@ -20,6 +20,7 @@ from workers.transport.base import (
     Producer,
     Record,
     TopicPartition,
+    topic_partition,
 )
 
 try:
@@ -67,10 +68,6 @@ def _log_error(error: Any) -> None:
     log.warning("librdkafka: %s", error)
 
 
-def _tp(tp: Any) -> TopicPartition:
-    return (tp.topic, tp.partition)
-
-
 class ConfluentConsumer(Consumer):
     """A group member on librdkafka: auto commit off, earliest offset when nothing is committed."""
 
@@ -110,7 +107,7 @@ class ConfluentConsumer(Consumer):
             if callback is None or (callback is on_revoke and not partitions):
                 return
             try:
-                callback({_tp(tp) for tp in partitions})
+                callback({topic_partition(tp) for tp in partitions})
             except Exception:
                 log.exception("rebalance callback %r failed", callback)
 
@@ -179,13 +176,13 @@ class ConfluentConsumer(Consumer):
             raise TransportError(f"commit of {dict(offsets)} failed: {exc}") from exc
         failed = [tp for tp in result or () if tp.error is not None]
         if failed:
-            raise TransportError(f"commit failed for {[(_tp(tp), str(tp.error)) for tp in failed]}")
+            raise TransportError(f"commit failed for {[(topic_partition(tp), str(tp.error)) for tp in failed]}")
         self._committed.update(offsets)
 
     def assignment(self) -> set[TopicPartition]:
         if self._consumer is None:
             return set()
-        return {_tp(tp) for tp in self._consumer.assignment()}
+        return {topic_partition(tp) for tp in self._consumer.assignment()}
 
     def lag(self) -> dict[TopicPartition, int]:
         consumer = self._client()
@@ -195,20 +192,20 @@ class ConfluentConsumer(Consumer):
         try:
             # What this consumer committed and the high watermark of its last fetch are known locally;
             # the broker is asked only for the rest (about 50 ms a partition on Tansu: it stalled the loop).
-            unknown = [tp for tp in partitions if _tp(tp) not in self._committed]
+            unknown = [tp for tp in partitions if topic_partition(tp) not in self._committed]
             for tp in consumer.committed(unknown, timeout=_REQUEST_TIMEOUT_S) if unknown else []:
                 if tp.offset >= 0:  # OFFSET_INVALID: nothing committed
-                    self._committed[_tp(tp)] = tp.offset
+                    self._committed[topic_partition(tp)] = tp.offset
             lags: dict[TopicPartition, int] = {}
             for tp in partitions:
                 start, end = consumer.get_watermark_offsets(tp, cached=True)
-                done = self._committed.get(_tp(tp))
+                done = self._committed.get(topic_partition(tp))
                 if end < 0 or done is None:
                     # Tansu 0.6 answers ListOffsets(latest) with the last batch's base offset + 1;
                     # the high watermark of the last fetch (cached) is right, so take the larger.
                     start, listed = consumer.get_watermark_offsets(tp, timeout=_REQUEST_TIMEOUT_S, cached=False)
                     end = max(end, listed)
-                lags[_tp(tp)] = max(0, end - (start if done is None else done))
+                lags[topic_partition(tp)] = max(0, end - (start if done is None else done))
         except (confluent_kafka.KafkaException, RuntimeError) as exc:
             raise TransportError(f"cannot read offsets: {exc}") from exc
         return lags

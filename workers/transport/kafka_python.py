@@ -29,6 +29,7 @@ from workers.transport.base import (
     Producer,
     Record,
     TopicPartition,
+    topic_partition,
 )
 
 try:  # kafka-python >= 3: listeners run on the IO thread
@@ -65,10 +66,6 @@ def client_configs(settings: KafkaSettings) -> dict[str, Any]:
     return configs
 
 
-def _tp(tp: Any) -> TopicPartition:
-    return (tp.topic, tp.partition)
-
-
 class _Listener:
     """Bridges kafka-python's rebalance listener to the two plain callbacks."""
 
@@ -86,7 +83,7 @@ class _Listener:
         if callback is None or (callback is self._on_revoke and not partitions):
             return  # kafka-python "revokes" an empty set before the first join
         try:
-            callback({_tp(tp) for tp in partitions})
+            callback({topic_partition(tp) for tp in partitions})
         except Exception:
             # kafka-python would log and swallow it too; the group must go on rebalancing.
             log.exception("rebalance callback %r failed", callback)
@@ -211,7 +208,7 @@ class KafkaPythonConsumer(Consumer):
     def assignment(self) -> set[TopicPartition]:
         if self._consumer is None:
             return set()
-        return {_tp(tp) for tp in self._consumer.assignment()}
+        return {topic_partition(tp) for tp in self._consumer.assignment()}
 
     def lag(self) -> dict[TopicPartition, int]:
         consumer = self._client()
@@ -227,7 +224,7 @@ class KafkaPythonConsumer(Consumer):
                 # the high watermark of the last fetch is right, so take the larger.
                 end = max(ends[tp], consumer.highwater(tp) or 0)
                 done = consumer.committed(tp)
-                lags[_tp(tp)] = max(0, end - (starts[tp] if done is None else done))
+                lags[topic_partition(tp)] = max(0, end - (starts[tp] if done is None else done))
         except KafkaError as exc:
             raise TransportError(f"cannot read offsets: {exc!r}") from exc
         return lags
