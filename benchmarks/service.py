@@ -96,6 +96,8 @@ class BenchConfig:
     profile_top: int = 10
     timeout_s: float = 600.0
     command: str = ""
+    phases: tuple[str, ...] = ("pipe", "scoring", "learning", "mixed", "latency")
+    latency_rate: float | None = None  # offered docs/s in the latency phase; None: half the scoring rate
 
     def documents_for(self, client: str) -> int:
         if client == "kafka-python" and self.kafka_python_documents is not None:
@@ -964,32 +966,38 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
             docs = encoded[:n]
             out: dict[str, Any] = {"documents": n}
             results["clients"][client] = out
-            say(f"[{client}] pipe, {n:,} messages")
-            out["pipe"] = phase_pipe(env, client, docs)
-            say(f"[{client}] pipe: {out['pipe']['per_s']:,.0f}/s; scoring")
-            scoring_model = f"{MODEL}-s-{client}"
-            write_model(model, env.redis_url, scoring_model, settings.shards, len(train))
-            out["scoring"] = phase_scoring(env, client, scoring_model, docs)
-            say(f"[{client}] scoring: {out['scoring']['per_s']:,.0f}/s; learning")
-            learn_model = f"{MODEL}-l-{client}"
-            write_model(model, env.redis_url, learn_model, settings.shards, len(train))
-            events = learn_events[: min(len(learn_events), n)]
-            out["learning"] = phase_learning(env, client, learn_model, events)
-            say(f"[{client}] learning: {out['learning']['per_s']:,.0f}/s; mixed")
-            mixed_model = f"{MODEL}-m-{client}"
-            write_model(model, env.redis_url, mixed_model, settings.shards, len(train))
-            keys = {key for key, _ in docs}
-            out["mixed"] = phase_mixed(env, client, mixed_model, docs,
-                                       {k: v for k, v in label_of.items() if k in keys})  # fmt: skip
-            say(f"[{client}] mixed: {out['mixed']['per_s']:,.0f}/s; latency")
-            rate = out["scoring"]["per_s"] / 2
-            latency_model = f"{MODEL}-t-{client}"
-            write_model(model, env.redis_url, latency_model, settings.shards, len(train))
-            out["latency"] = phase_latency(env, client, latency_model, stream[:n], rate, config.latency_seconds)
-            say(f"[{client}] latency p99: {out['latency']['p99_ms']:.1f} ms; the bare pipe at the same load")
-            out["pipe_latency"] = phase_latency(env, client, None, stream[:n], rate, config.latency_seconds)
-            say(f"[{client}] bare pipe latency p99: {out['pipe_latency']['p99_ms']:.1f} ms")
-            out["scoring_over_pipe"] = out["scoring"]["per_s"] / out["pipe"]["per_s"]
+            if "pipe" in config.phases:
+                say(f"[{client}] pipe, {n:,} messages")
+                out["pipe"] = phase_pipe(env, client, docs)
+                say(f"[{client}] pipe: {out['pipe']['per_s']:,.0f}/s")
+            if "scoring" in config.phases:
+                scoring_model = f"{MODEL}-s-{client}"
+                write_model(model, env.redis_url, scoring_model, settings.shards, len(train))
+                out["scoring"] = phase_scoring(env, client, scoring_model, docs)
+                say(f"[{client}] scoring: {out['scoring']['per_s']:,.0f}/s")
+            if "learning" in config.phases:
+                learn_model = f"{MODEL}-l-{client}"
+                write_model(model, env.redis_url, learn_model, settings.shards, len(train))
+                events = learn_events[: min(len(learn_events), n)]
+                out["learning"] = phase_learning(env, client, learn_model, events)
+                say(f"[{client}] learning: {out['learning']['per_s']:,.0f}/s")
+            if "mixed" in config.phases:
+                mixed_model = f"{MODEL}-m-{client}"
+                write_model(model, env.redis_url, mixed_model, settings.shards, len(train))
+                keys = {key for key, _ in docs}
+                out["mixed"] = phase_mixed(env, client, mixed_model, docs,
+                                           {k: v for k, v in label_of.items() if k in keys})  # fmt: skip
+                say(f"[{client}] mixed: {out['mixed']['per_s']:,.0f}/s")
+            if "latency" in config.phases:
+                rate = config.latency_rate or out["scoring"]["per_s"] / 2
+                latency_model = f"{MODEL}-t-{client}"
+                write_model(model, env.redis_url, latency_model, settings.shards, len(train))
+                out["latency"] = phase_latency(env, client, latency_model, stream[:n], rate, config.latency_seconds)
+                say(f"[{client}] latency p99: {out['latency']['p99_ms']:.1f} ms; the bare pipe at the same load")
+                out["pipe_latency"] = phase_latency(env, client, None, stream[:n], rate, config.latency_seconds)
+                say(f"[{client}] bare pipe latency p99: {out['pipe_latency']['p99_ms']:.1f} ms")
+            if "pipe" in out and "scoring" in out:
+                out["scoring_over_pipe"] = out["scoring"]["per_s"] / out["pipe"]["per_s"]
         if config.profile:
             client = config.clients[0]
             n = config.documents_for(client)
@@ -1018,6 +1026,14 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
 
 def _f(value: float, digits: int = 0) -> str:
     return "n/a" if value != value else f"{value:,.{digits}f}"  # NaN check
+
+
+def _cell(cell: Callable[[dict[str, Any]], str], figures: dict[str, Any]) -> str:
+    """A table cell, or a dash for a phase this run left out (``--phases``)."""
+    try:
+        return cell(figures)
+    except KeyError:
+        return "–"
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -1056,7 +1072,7 @@ def markdown(results: dict[str, Any]) -> str:
                    f"{_f(c['pipe_latency']['p99_ms'], 1)}"),
     ]  # fmt: skip
     for label, cell in rows:
-        lines.append(f"| {label} | " + " | ".join(cell(results["clients"][c]) for c in clients) + " |")
+        lines.append(f"| {label} | " + " | ".join(_cell(cell, results["clients"][c]) for c in clients) + " |")
     memory = results["memory"]
     lines += [
         "",
@@ -1102,6 +1118,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="Cap for kafka-python (about 7,000 msg/s at best); 0: no cap.")
     parser.add_argument("--learn-events", type=int, default=20_000, help="Labelled events in the learning phase.")
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="Length of the paced latency phase.")
+    parser.add_argument("--latency-rate", type=float, default=None,
+                        help="Offered docs/s in the latency phase [default: half the measured scoring rate].")
+    parser.add_argument("--phases", default=",".join(BenchConfig.phases),
+                        help="Comma-separated subset of: " + ", ".join(BenchConfig.phases) + ".")
     parser.add_argument("--worker-arg", action="append", default=[], metavar="FLAG",
                         help="A flag for every worker, e.g. --worker-arg=--max-staleness-ms=1000 (repeatable).")
     parser.add_argument("--no-peers", action="store_true", help="Skip the in-process peers.")
@@ -1109,6 +1129,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--timeout-s", type=float, default=600.0, help="Give up on a phase after this.")
     parser.add_argument("--json", action="store_true", help="Print the results as JSON after the table.")
     args = parser.parse_args(argv)
+    phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
+    unknown = sorted(set(phases) - set(BenchConfig.phases))
+    if unknown or not phases:
+        parser.error(f"--phases: {', '.join(unknown) or '(none)'} not allowed; choose from {', '.join(BenchConfig.phases)}")
+    if "latency" in phases and "scoring" not in phases and args.latency_rate is None:
+        parser.error("--phases latency without scoring needs --latency-rate (the rate is half of scoring's)")
     clients = ("confluent", "kafka-python") if args.client == "both" else (args.client,)
     config = BenchConfig(
         source=args.source,
@@ -1118,6 +1144,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         kafka_python_documents=args.kafka_python_documents or None,
         learn_events=args.learn_events,
         latency_seconds=args.latency_seconds,
+        latency_rate=args.latency_rate,
+        phases=phases,
         worker_args=tuple(args.worker_arg),
         peers=not args.no_peers,
         profile=args.profile,

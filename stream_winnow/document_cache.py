@@ -33,21 +33,10 @@ document, cost about 19 % of the worker's scoring time: redis-py builds one
 command and parses one reply per document, and Redis keeps one key with its
 own TTL each. Now it is two commands per part and batch (at most ``2 * parts``, 32,
 whatever the batch size), and Redis keeps ``parts * (ceil(ttl_s / window_s) + 1)`` keys
-per model (400 by default), whatever the traffic. Measured: ``put_many`` of 40
-batches of 500 documents of 788 bytes on average (100 tokens), against
-redis-server 7.0 on the same 2-core machine, redis-py 8.1 with hiredis, median
-of 5 runs (3 on the Cluster); the old layout was given the tokens to pack, the
-new one the raw messages:
-
-=====================================  ==============  ===================
-microseconds per document              one node        Cluster, 3 masters
-=====================================  ==============  ===================
-one SET per document (before)          9.3             17.6
-one HSET per part and batch (this)     2.2             3.0
-=====================================  ==============  ===================
-
-Of the 2.2 us, grouping by part and packing the commands take about 0.4 us;
-the rest is Redis storing the fields and the bytes on the socket.
+per model (400 by default), whatever the traffic. ``python -m benchmarks.stages``
+(batches of 1,000 Reuters documents, redis-server 6.2 on the same 2-core machine,
+redis-py with hiredis): one ``SET`` per document took 7.1 us a document, ``put_many``
+1.3 us. A one-off measurement on a 3-master Cluster gave 17.6 against 3.0 us.
 
 The keys carry no hash tag, so on a Redis Cluster the ``parts`` hashes of a
 window spread over the slots (and nodes); every command names one key, so the

@@ -1,9 +1,9 @@
 """An open-addressing hash table from 64-bit keys to int64 values, probed in compiled code.
 
-Python dict lookups cost about 0.2 us a key; a batch of 1,000 Reuters documents has about
-12,000 distinct features, each looked up twice per batch (token hash -> feature, feature id
--> cached row), so the dicts cost 5 ms a batch. Probing this table for all of them at once
-takes about 0.1 ms. Keys must be well mixed in their low bits (token hashes, BLAKE2b-derived
+A batch of 1,000 Reuters documents has about 12,000 distinct features, each looked up
+twice (token hash -> feature, feature id -> cached row); through dicts that was a fifth of
+a worker's scoring profile, and probing this table for all of them at once took scoring
+from 22,470 to 29,807 documents/s in a one-off run. Keys must be well mixed in their low bits (token hashes, BLAKE2b-derived
 feature ids); key 0 marks an empty slot, so a key 0 always reads as absent.
 
 >>> table = HashTable()

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from benchmarks.service import BenchConfig, markdown, repeat_stream, run_benchmark
+from benchmarks.service import BenchConfig, main, markdown, repeat_stream, run_benchmark
 from stream_winnow.documents import LabelledDocument
 
 pytestmark = [pytest.mark.integration]
@@ -69,3 +69,14 @@ def test_every_figure_is_reported() -> None:
                 "bytes per weight", "vowpalwabbit"):  # fmt: skip
         assert row in table
     json.dumps(results, default=str)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--phases", "scoring,warp"], ["--phases", ","], ["--phases", "latency"]],
+)
+def test_a_bad_phase_list_says_what_is_allowed(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--synthetic", "10", *argv])
+    assert exit_info.value.code == 2
+    assert "--phases" in capsys.readouterr().err

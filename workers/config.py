@@ -65,9 +65,9 @@ class WorkerConfig:
     group_id: str = "stream-winnow"
     topics: Topics = field(default_factory=Topics)
     # One batch = one Redis read round trip for scoring and one script per shard for learning. At
-    # saturation 1,000 documents are ~45 ms of scoring; learning gains most: 4,372 mistaken events/s
-    # at 500, 5,241 at 1,000, 6,939 at 2,000, but a shard's script then blocks Redis for ~4 ms (~12
-    # at 2,000). Below saturation batches stay small whatever this is, so latency does not change.
+    # saturation 1,000 documents are ~30 ms of scoring; learning gains most: 5,423 mistaken events/s
+    # at 500, 6,936 at 1,000, 8,806 at 2,000 (benchmarks/service.py --phases learning), but a shard's
+    # script then blocks Redis for longer. Below saturation batches stay small whatever this is.
     batch_max_docs: int = 1000
     # How long a poll waits for the first record; bounds SIGTERM response and idle CPU.
     poll_timeout_ms: int = 500

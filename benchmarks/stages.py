@@ -1,0 +1,108 @@
+"""Per-document cost of the worker's stages, in process, old way beside new: ``python -m benchmarks.stages``.
+
+On the Reuters ModApte stream (training then test documents) in batches of 1,000, best of
+``--repeats`` passes, µs per document:
+
+    decode + featurise   decode_document + transform_many  vs  parse_documents + transform_hashed
+    encode decisions     encode_decision per document      vs  encode_decisions per batch
+    cache documents      one SET per document (pipelined)  vs  DocumentCache.put_many (embedded Redis)
+
+The README's table of levers quotes these figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import msgpack
+import numpy as np
+
+from stream_winnow.codec import Decision, decode_document, encode_decision, encode_decisions
+from stream_winnow.datasets import read_modapte
+from stream_winnow.document_cache import DocumentCache
+from stream_winnow.fast_documents import parse_documents
+from stream_winnow.features import Featurizer
+from stream_winnow.models import connect
+from workers.embedded import start_redis
+
+BATCH = 1000
+
+
+def _best_us(run: Callable[[list[bytes]], object], batches: list[list[bytes]], repeats: int) -> float:
+    """Best pass over all batches, in µs per document."""
+    documents = sum(len(b) for b in batches)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for batch in batches:
+            run(batch)
+        best = min(best, time.perf_counter() - started)
+    return best / documents * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stages", description=__doc__.split("\n")[0])
+    parser.add_argument("--source", default="../shared/datasets/reuters21578.tar.gz")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    split = read_modapte(args.source)
+    docs = split.train + split.test
+    raws = [msgpack.packb({"id": f"d{i}", "tokens": list(d.tokens), "ts": 1_732_875_000_000 + i})
+            for i, d in enumerate(docs)]  # fmt: skip
+    batches = [raws[i : i + BATCH] for i in range(0, len(raws) - BATCH + 1, BATCH)]
+    names = [f"category-{c}" for c in range(90)]
+    rng = np.random.default_rng(0)
+    rows: list[tuple[str, float, float]] = []
+
+    text, hashed = Featurizer(), Featurizer()
+    parse_documents(batches[0])  # compile outside the clock
+    rows.append((
+        "decode + featurise",
+        _best_us(lambda b: text.transform_many([decode_document(r).tokens for r in b]), batches, args.repeats),
+        _best_us(lambda b: hashed.transform_hashed(parse_documents(b)), batches, args.repeats),
+    ))  # fmt: skip
+
+    scores = np.round(rng.normal(size=(BATCH, len(names))), 6)
+    ids = [f"d{i}" for i in range(BATCH)]
+    chosen = [(names[i % 90],) for i in range(BATCH)]
+
+    def one_by_one(_: list[bytes]) -> None:
+        for i, row in enumerate(scores.tolist()):
+            decision = Decision(ids[i], chosen[i], dict(zip(names, row, strict=True)), 7, "m", "w", 1, 2)
+            encode_decision(decision, check=False)
+
+    rows.append((
+        "encode decisions (90 categories)",
+        _best_us(one_by_one, batches, args.repeats),
+        _best_us(lambda _: encode_decisions(ids, chosen, scores, names, 7, "m", "w", [1] * BATCH, 2), batches,
+                 args.repeats),
+    ))  # fmt: skip
+
+    with start_redis() as server:
+        client = connect(server.url)
+        cache = DocumentCache(client, "stages")
+
+        def set_each(batch: list[bytes]) -> None:
+            pipe = client.pipeline(transaction=False)
+            for i, raw in enumerate(batch):
+                pipe.set(f"sw:stages:doc:{i}", raw, ex=86_400)
+            pipe.execute()
+
+        rows.append((
+            "cache documents (Redis)",
+            _best_us(set_each, batches, args.repeats),
+            _best_us(lambda b: cache.put_many({f"d{i}": raw for i, raw in enumerate(b)}), batches, args.repeats),
+        ))  # fmt: skip
+        client.close()
+
+    print(f"`python -m benchmarks.stages --source {args.source} --repeats {args.repeats}`\n")
+    print("| stage | µs/document, old way | µs/document, now |")
+    print("|---|---|---|")
+    for stage, old, new in rows:
+        print(f"| {stage} | {old:.1f} | {new:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
