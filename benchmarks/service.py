@@ -284,7 +284,8 @@ class Collector(threading.Thread):
         self.counts = dict.fromkeys(self.topics, 0)
         self.first_s: float | None = None
         self.last_s: float | None = None
-        self.latencies_ms: list[float] = []
+        # (arrival time in s, the decision's bytes): its ts is read after the run, off the measured path.
+        self._arrivals: list[tuple[float, bytes]] = []
         self.error: BaseException | None = None
         self._halt = threading.Event()
         self._ready = threading.Event()
@@ -312,9 +313,7 @@ class Collector(threading.Thread):
                 continue
             n_main += 1
             if self.latency:
-                ts = msgpack.unpackb(value).get("ts")
-                if ts is not None:
-                    self.latencies_ms.append(now * 1000 - ts)
+                self._arrivals.append((now, value))
             if self.on_message is not None:
                 self.on_message(key, now)
         if n_main:
@@ -338,7 +337,13 @@ class Collector(threading.Thread):
             ])  # fmt: skip
             self._ready.set()
             while not self._halt.is_set():
-                messages = consumer.consume(10_000, _COLLECT_POLL_S)
+                # Wait for the first message only, then take what is already fetched: consume(n, t)
+                # holds a batch that is not full for the whole t, which added up to 50 ms to every
+                # latency measured here (p50 32 ms, p99 59 ms at 5,000 msg/s, against 7 and 13 ms).
+                first = consumer.poll(_COLLECT_POLL_S)
+                if first is None:
+                    continue
+                messages = [first, *consumer.consume(10_000, 0)]
                 batch = [(m.topic(), m.key(), m.value()) for m in messages if m.error() is None]
                 if batch:
                     self._record(batch)  # type: ignore[arg-type]
@@ -362,6 +367,15 @@ class Collector(threading.Thread):
                     self._record(batch)
         finally:
             consumer.close()
+
+    def latencies_ms(self) -> list[float]:
+        """Per decision of ``topics[0]`` that carries a ``ts``: arrival here minus ``ts``, in ms."""
+        out = []
+        for now, value in self._arrivals:
+            ts = msgpack.unpackb(value).get("ts")
+            if ts is not None:
+                out.append(now * 1000 - ts)
+        return out
 
     def start_and_wait(self) -> Collector:
         self.start()
@@ -848,7 +862,7 @@ def phase_latency(
             runner.kill()
             runner.wait()
         collector.stop()
-    latencies = np.asarray(collector.latencies_ms)
+    latencies = np.asarray(collector.latencies_ms())
     p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
     return {
         "documents": n,
