@@ -228,3 +228,71 @@ def test_flush_raises_when_the_broker_is_gone(client: str) -> None:
         producer.flush(timeout_ms=1_000)  # errors are reported once; nothing is pending now
     finally:
         producer.close(timeout_ms=500)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_checkpoint_is_done_once_its_sends_are_acknowledged(
+    client: str, kafka_settings: SettingsFactory, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory(partitions=4)
+    with make_producer(kafka_settings(), client) as producer:  # type: ignore[arg-type]
+        for i in range(300):
+            producer.send(topic, b"first-%d" % i, key=b"%d" % i)
+        first = producer.checkpoint()
+        for i in range(200):
+            producer.send(topic, b"second-%d" % i, key=b"%d" % i)
+        second = producer.checkpoint()
+        assert producer.checkpoint().done()  # nothing sent since: done at once
+        assert first.wait(timeout_ms=20_000)
+        assert first.done()
+        assert second.wait(timeout_ms=20_000)
+    with make_consumer(kafka_settings(), client) as consumer:  # type: ignore[arg-type]
+        consumer.subscribe([topic], f"check-{topic}")
+        assert len(consume(consumer, 500)) == 500
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_checkpoint_whose_sends_failed_raises_and_a_later_one_is_apart(client: str) -> None:
+    with start_broker() as broker:
+        create_topics(broker.bootstrap_servers, {"decisions": 1})
+        settings = KafkaSettings(broker.bootstrap_servers, delivery_timeout_ms=2_000)
+        producer = make_producer(settings, client)  # type: ignore[arg-type]
+        producer.send("decisions", b"first")
+        assert producer.checkpoint().wait(timeout_ms=10_000)
+    try:
+        producer.send("decisions", b"second")  # queued: the topic's metadata is known
+        failed = producer.checkpoint()
+        assert not failed.wait(timeout_ms=200)  # not acknowledged yet, not failed yet either
+        with pytest.raises(TransportError):
+            failed.wait(timeout_ms=10_000)  # the client gives up after delivery_timeout_ms
+        with pytest.raises(TransportError):
+            failed.done()  # and keeps saying so
+        assert producer.checkpoint().done()  # nothing of the failure leaks into the next checkpoint
+    finally:
+        producer.close(timeout_ms=500)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("client", CLIENTS)
+def test_an_asynchronous_commit_is_held_by_the_group(
+    client: str, kafka_settings: SettingsFactory, topic_factory: Callable[..., str], group_id: str
+) -> None:
+    settings = kafka_settings()
+    topic = topic_factory(partitions=2)
+    produce(settings, client, topic, 40)
+    with make_consumer(settings, client) as consumer:  # type: ignore[arg-type]
+        consumer.subscribe([topic], group_id)
+        records = consume(consumer, 40)
+        done = next_offsets(records)
+        consumer.commit(done, asynchronous=True)
+        deadline = time.monotonic() + 10
+        while consumer.lag() != dict.fromkeys(done, 0) and time.monotonic() < deadline:
+            consumer.poll_batch(timeout_ms=100)  # serves the commit's answer
+    admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    try:
+        held = admin.list_group_offsets({group_id: None})[group_id]
+    finally:
+        admin.close()
+    assert {(tp.topic, tp.partition): meta.offset for tp, meta in held.items()} == done

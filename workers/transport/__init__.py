@@ -12,6 +12,7 @@ from stream_winnow.errors import ConfigError
 from workers.transport.base import (
     Client,
     Consumer,
+    Delivery,
     KafkaSettings,
     PartitionsCallback,
     Producer,
@@ -24,6 +25,7 @@ from workers.transport.base import (
 __all__ = [
     "Client",
     "Consumer",
+    "Delivery",
     "KafkaSettings",
     "PartitionsCallback",
     "Producer",

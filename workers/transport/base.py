@@ -1,14 +1,18 @@
 """The small Kafka interface a worker needs, independent of the client library behind it.
 
-A worker reads batches, produces decisions, waits for the broker to acknowledge them,
-and only then commits the input offsets (at-least-once)::
+A worker reads batches, produces decisions, and commits a batch's input offsets only once
+the broker has acknowledged every output of it (at-least-once)::
 
     consumer.subscribe(["documents"], "scorers", on_revoke=commit_what_is_done)
     records = consumer.poll_batch(max_records=500, timeout_ms=1000)
     for record in records:
         producer.send("decisions", score(record.value), key=record.key)
-    producer.flush(timeout_ms=30_000)
-    consumer.commit(next_offsets(records))
+    delivery = producer.checkpoint()   # these sends, acknowledged or not yet
+    ...                                # the next batch, while the broker acknowledges
+    if delivery.wait(timeout_ms=30_000):      # raises TransportError if any failed
+        consumer.commit(next_offsets(records))
+
+``flush`` waits for everything sent so far instead.
 
 Two implementations: kafka-python (pure Python, the default) and confluent-kafka
 (librdkafka, about 20x the throughput, optional). Every client error surfaces as
@@ -28,6 +32,7 @@ from stream_winnow.errors import ConfigError
 __all__ = [
     "Client",
     "Consumer",
+    "Delivery",
     "KafkaSettings",
     "PartitionsCallback",
     "Producer",
@@ -193,11 +198,13 @@ class Consumer(_ClosedOnExit):
         ``timeout_ms`` for the first; empty when nothing arrived in time."""
 
     @abstractmethod
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Commit synchronously the next offset to read per partition (last processed + 1).
+    def commit(self, offsets: Mapping[TopicPartition, int], *, asynchronous: bool = False) -> None:
+        """Commit the next offset to read per partition (last processed + 1).
 
-        Raises ``TransportError`` if the broker refuses or does not answer (e.g. the partition
-        was reassigned meanwhile).
+        Synchronous by default: raises ``TransportError`` if the broker refuses or does not
+        answer (e.g. the partition was reassigned meanwhile). With ``asynchronous`` it returns
+        at once and a failure is only logged: the offsets stay uncommitted until a later commit
+        covers them, so at worst their records are read again (at-least-once holds).
         """
 
     @abstractmethod
@@ -215,8 +222,25 @@ class Consumer(_ClosedOnExit):
         """Leave the group (its partitions go to the others at once) and release sockets. Idempotent."""
 
 
+class Delivery(ABC):
+    """The broker's acknowledgement of a group of sends: those between two ``Producer.checkpoint`` calls."""
+
+    @abstractmethod
+    def done(self) -> bool:
+        """True once every message of the group is acknowledged; does not block.
+
+        Raises ``TransportError`` if any of them failed: the caller must then not commit the input
+        they came from, and sends them again.
+        """
+
+    @abstractmethod
+    def wait(self, timeout_ms: int = 30_000) -> bool:
+        """Block until ``done`` (True) or for at most ``timeout_ms`` (False: some are still
+        unacknowledged); raises ``TransportError`` if any failed, as ``done`` does."""
+
+
 class Producer(_ClosedOnExit):
-    """Sends messages; ``flush`` is the point where they are known to be stored."""
+    """Sends messages; a ``Delivery`` (or ``flush``) is the point where they are known to be stored."""
 
     @abstractmethod
     def send(self, topic: str, value: bytes, key: bytes | None = None) -> None:
@@ -225,6 +249,10 @@ class Producer(_ClosedOnExit):
         Raises ``TransportError`` if the message cannot even be queued (unknown topic after
         the metadata wait, message too large, producer closed).
         """
+
+    @abstractmethod
+    def checkpoint(self) -> Delivery:
+        """Every message sent since the previous checkpoint, as one ``Delivery`` to wait for later."""
 
     @abstractmethod
     def flush(self, timeout_ms: int = 30_000) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from stream_winnow.errors import ConfigError, TransportError
 from workers.transport.base import (
     Consumer,
+    Delivery,
     KafkaSettings,
     PartitionsCallback,
     Producer,
@@ -44,6 +45,8 @@ _QUEUE_FULL_POLL_S = 0.05
 _MAX_BLOCK_S = 10.0
 # Serve delivery reports every this many sends: poll(0) after each one costs about 40 % of the rate.
 _POLL_EVERY_SENDS = 1_000
+# Longest single wait for delivery reports in Delivery.wait(); short enough to notice the deadline.
+_DELIVERY_POLL_S = 0.1
 
 
 def client_configs(settings: KafkaSettings) -> dict[str, Any]:
@@ -68,6 +71,12 @@ def _log_error(error: Any) -> None:
     log.warning("librdkafka: %s", error)
 
 
+def _log_commit_failure(error: Any, partitions: list[Any]) -> None:
+    failed = [(topic_partition(tp), str(tp.error)) for tp in partitions if tp.error is not None]
+    if error is not None or failed:
+        log.warning("commit failed (%s): %s; a later commit covers these offsets", error, failed)
+
+
 class ConfluentConsumer(Consumer):
     """A group member on librdkafka: auto commit off, earliest offset when nothing is committed."""
 
@@ -90,6 +99,8 @@ class ConfluentConsumer(Consumer):
             "session.timeout.ms": s.session_timeout_ms,
             "heartbeat.interval.ms": min(_HEARTBEAT_MAX_MS, s.session_timeout_ms // 3),
             "max.poll.interval.ms": s.max_poll_interval_ms,
+            # Reports every commit (served inside poll); only failures of asynchronous ones need it.
+            "on_commit": _log_commit_failure,
         }
 
     def subscribe(
@@ -165,13 +176,17 @@ class ConfluentConsumer(Consumer):
             )
         return records
 
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    def commit(self, offsets: Mapping[TopicPartition, int], *, asynchronous: bool = False) -> None:
         if not offsets:
             return
         consumer = self._client()
         to_commit = [confluent_kafka.TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         try:
-            result = consumer.commit(offsets=to_commit, asynchronous=False)
+            if asynchronous:
+                consumer.commit(offsets=to_commit, asynchronous=True)  # on_commit reports a failure
+                result = None
+            else:
+                result = consumer.commit(offsets=to_commit, asynchronous=False)
         except (confluent_kafka.KafkaException, RuntimeError) as exc:
             raise TransportError(f"commit of {dict(offsets)} failed: {exc}") from exc
         failed = [tp for tp in result or () if tp.error is not None]
@@ -222,6 +237,46 @@ class ConfluentConsumer(Consumer):
             self._consumer = None
 
 
+class _Sends(Delivery):
+    """One checkpoint's messages: librdkafka reports each one to ``acknowledge`` (inside poll/flush)."""
+
+    __slots__ = ("_owner", "remaining", "errors")
+
+    def __init__(self, owner: ConfluentProducer) -> None:
+        self._owner = owner
+        self.remaining = 0
+        self.errors: list[Any] = []
+
+    def acknowledge(self, error: Any, message: Any) -> None:
+        self.remaining -= 1
+        if error is not None:
+            self.errors.append(error)
+            with self._owner._lock:
+                self._owner._errors.append(error)
+
+    def _check(self) -> bool:
+        if self.errors:
+            raise TransportError(f"{len(self.errors)} message(s) failed, first: {self.errors[0]}")
+        return self.remaining <= 0
+
+    def done(self) -> bool:
+        if self.remaining > 0 and self._owner._producer is not None:
+            self._owner._producer.poll(0)
+        return self._check()
+
+    def wait(self, timeout_ms: int = 30_000) -> bool:
+        deadline = time.monotonic() + timeout_ms / 1000
+        while self.remaining > 0 and not self.errors:
+            producer = self._owner._producer
+            if producer is None:
+                raise TransportError("producer is closed")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            producer.poll(min(left, _DELIVERY_POLL_S))
+        return self._check()
+
+
 class ConfluentProducer(Producer):
     """An idempotent producer on librdkafka; ``flush`` reports every failed send since the last one."""
 
@@ -230,7 +285,11 @@ class ConfluentProducer(Producer):
         self._errors: list[Any] = []
         self._lock = threading.Lock()
         self._unpolled_sends = 0
+        self._sends = _Sends(self)
         s = settings
+        # librdkafka reports every message to the callback its send() named (its checkpoint's):
+        # about 0.5 µs a message here, against the 8 ms a batch of a few hundred decisions waited
+        # in flush() for its acknowledgements before checkpoints (py-spy of a worker at 12,000/s).
         configs = {
             **client_configs(s),
             "acks": s.acks,
@@ -238,28 +297,21 @@ class ConfluentProducer(Producer):
             "linger.ms": s.linger_ms,
             "batch.size": s.batch_size_bytes,
             "message.timeout.ms": s.delivery_timeout_ms,
-            # One report per failed message only: a report per success costs about a third of the rate.
-            "delivery.report.only.error": True,
-            "on_delivery": self._on_delivery,
         }
         try:
             self._producer: confluent_kafka.Producer | None = confluent_kafka.Producer(configs)
         except confluent_kafka.KafkaException as exc:
             raise TransportError(f"cannot create a producer for {s.bootstrap_servers}: {exc}") from exc
 
-    def _on_delivery(self, error: Any, message: Any) -> None:
-        if error is not None:
-            with self._lock:
-                self._errors.append(error)
-
     def send(self, topic: str, value: bytes, key: bytes | None = None) -> None:
         producer = self._producer
         if producer is None:
             raise TransportError("producer is closed")
+        sends = self._sends
         deadline = time.monotonic() + _MAX_BLOCK_S
         while True:
             try:
-                producer.produce(topic, value, key)
+                producer.produce(topic, value, key, on_delivery=sends.acknowledge)
                 break
             except BufferError as exc:  # local queue full: let deliveries drain it
                 if time.monotonic() > deadline:
@@ -267,10 +319,15 @@ class ConfluentProducer(Producer):
                 producer.poll(_QUEUE_FULL_POLL_S)
             except confluent_kafka.KafkaException as exc:
                 raise TransportError(f"cannot send to {topic!r}: {exc}") from exc
+        sends.remaining += 1
         self._unpolled_sends += 1
         if self._unpolled_sends >= _POLL_EVERY_SENDS:
             self._unpolled_sends = 0
             producer.poll(0)
+
+    def checkpoint(self) -> Delivery:
+        sends, self._sends = self._sends, _Sends(self)
+        return sends
 
     def flush(self, timeout_ms: int = 30_000) -> None:
         producer = self._producer

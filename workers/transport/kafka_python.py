@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 from stream_winnow.errors import TransportError
 from workers.transport.base import (
     Consumer,
+    Delivery,
     KafkaSettings,
     PartitionsCallback,
     Producer,
@@ -64,6 +66,11 @@ def client_configs(settings: KafkaSettings) -> dict[str, Any]:
     if settings.ssl_cafile is not None:
         configs["ssl_cafile"] = settings.ssl_cafile
     return configs
+
+
+def _log_commit_failure(offsets: Any, response: Any) -> None:
+    if isinstance(response, BaseException):
+        log.warning("commit of %s failed: %r; a later commit covers these offsets", offsets, response)
 
 
 class _Listener:
@@ -192,7 +199,7 @@ class KafkaPythonConsumer(Consumer):
             for m in messages
         ]
 
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+    def commit(self, offsets: Mapping[TopicPartition, int], *, asynchronous: bool = False) -> None:
         if not offsets:
             return
         consumer = self._client()
@@ -201,7 +208,10 @@ class KafkaPythonConsumer(Consumer):
             for (topic, partition), offset in offsets.items()
         }
         try:
-            consumer.commit(to_commit)
+            if asynchronous:
+                consumer.commit_async(to_commit, callback=_log_commit_failure)
+            else:
+                consumer.commit(to_commit)
         except (KafkaError, RuntimeError) as exc:
             raise TransportError(f"commit of {dict(offsets)} failed: {exc!r}") from exc
 
@@ -241,6 +251,39 @@ class KafkaPythonConsumer(Consumer):
             self._consumer = None
 
 
+class _Sends(Delivery):
+    """One checkpoint's messages, as the futures kafka-python returned for them."""
+
+    __slots__ = ("futures", "_checked")
+
+    def __init__(self) -> None:
+        self.futures: list[Any] = []
+        self._checked = 0  # futures before this one are known to be acknowledged
+
+    def done(self) -> bool:
+        futures = self.futures
+        while self._checked < len(futures):
+            future = futures[self._checked]
+            if not future.is_done:
+                return False
+            if future.failed():
+                raise TransportError(f"a message failed: {future.exception!r}") from future.exception
+            self._checked += 1
+        return True
+
+    def wait(self, timeout_ms: int = 30_000) -> bool:
+        deadline = time.monotonic() + timeout_ms / 1000
+        while not self.done():
+            future = self.futures[self._checked]
+            try:
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
+            except KafkaError:
+                # A record that expired fails with KafkaTimeoutError too: done() raises that one.
+                if not future.is_done:
+                    return False
+        return True
+
+
 class KafkaPythonProducer(Producer):
     """An idempotent producer on kafka-python; ``flush`` reports every failed send since the last one."""
 
@@ -264,6 +307,7 @@ class KafkaPythonProducer(Producer):
             raise TransportError(f"cannot create a producer for {s.bootstrap_servers}: {exc!r}") from exc
         self._errors: list[BaseException] = []
         self._lock = threading.Lock()
+        self._sends = _Sends()
 
     def _on_error(self, exc: BaseException) -> None:
         with self._lock:
@@ -277,6 +321,11 @@ class KafkaPythonProducer(Producer):
         except KafkaError as exc:
             raise TransportError(f"cannot send to {topic!r}: {exc!r}") from exc
         future.add_errback(self._on_error)
+        self._sends.futures.append(future)
+
+    def checkpoint(self) -> Delivery:
+        sends, self._sends = self._sends, _Sends()
+        return sends
 
     def flush(self, timeout_ms: int = 30_000) -> None:
         if self._producer is None:
