@@ -109,6 +109,9 @@ def setup_logging(fmt: str, level: str) -> None:
         help="How long the broker may hold a fetch for data; latency floor on brokers without long polling.")
 @option("--linger-ms", type=click.IntRange(min=0), default=5, show_default=True,
         help="How long decisions wait to fill a produce batch.")
+@option("--max-batches-in-flight", type=click.IntRange(min=0), default=2, show_default=True,
+        help="Batches whose decisions may await the broker's acknowledgement while the next is processed "
+             "(0: wait for each); a crash repeats at most this many + 1.")
 @option("--poll-timeout-ms", type=click.IntRange(min=1), default=500, show_default=True)
 @option("--max-tokens-per-document", type=click.IntRange(min=1), default=10_000, show_default=True)
 @option("--max-message-bytes", type=click.IntRange(min=64), default=1_048_576, show_default=True)
@@ -157,6 +160,7 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
                       flags["dead_letters_topic"]),  # fmt: skip
         batch_max_docs=flags["batch_max_docs"],
         poll_timeout_ms=flags["poll_timeout_ms"],
+        max_batches_in_flight=flags["max_batches_in_flight"],
         limits=CodecLimits(max_tokens_per_document=flags["max_tokens_per_document"],
                            max_message_bytes=flags["max_message_bytes"]),  # fmt: skip
         learner=flags["learner"],

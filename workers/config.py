@@ -71,6 +71,11 @@ class WorkerConfig:
     batch_max_docs: int = 1000
     # How long a poll waits for the first record; bounds SIGTERM response and idle CPU.
     poll_timeout_ms: int = 500
+    # Batches whose outputs may still await the broker's acknowledgement while the next one is
+    # processed. Waiting for each (0) was 38 % of the loop at 12,000 documents/s, the commit
+    # another 10 %; with 2 the acknowledgements (about 8 ms a batch) overlap the next batches' work.
+    # A crash repeats at most this many + 1 batches (their updates are still applied once).
+    max_batches_in_flight: int = 2
     limits: CodecLimits = field(default_factory=CodecLimits)
     # Learner used when the model does not exist yet (an existing model keeps its own).
     learner: str = "balanced-winnow"
@@ -95,6 +100,8 @@ class WorkerConfig:
                      "weight_cache_mib"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive; got {getattr(self, name)}")
+        if self.max_batches_in_flight < 0:
+            raise ConfigError(f"max_batches_in_flight must be >= 0; got {self.max_batches_in_flight}")
         if self.max_staleness_ms < 0:
             raise ConfigError(f"max_staleness_ms must be >= 0; got {self.max_staleness_ms}")
         if not self.model or any(c in self.model for c in "{}: "):
