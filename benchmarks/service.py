@@ -6,7 +6,7 @@ with ``snapshot.copy_model``, then, for each Kafka client asked for, measures on
 ModApte token stream (training then test documents, repeated with unique ids up to
 ``--documents``)::
 
-    pipe      consume -> msgpack decode -> msgpack encode -> produce; flush + commit per batch
+    pipe      consume -> msgpack decode -> msgpack encode -> produce; commits as the worker does
     scoring   the worker on unlabelled documents only (pre-loaded topic)
     learning  the worker on labelled events with tokens, each one a mistake of the model
     mixed     documents, plus labelled events (no tokens) for 10 % of them, sent once decided
@@ -66,6 +66,10 @@ PARTITIONS = 4
 SESSION_TIMEOUT_MS = 6_000
 # Share of the scored documents that get a labelled event in the mixed phase.
 MIXED_LABEL_EVERY = 10
+# The latency phase's first second of load is not counted: a consumer that was just assigned its
+# partitions takes ~120 ms on Tansu to look up its offsets and fetch, and the documents sent
+# meanwhile arrive at once (a 150-240 ms start spike, for the worker and the bare pipe alike).
+LATENCY_WARMUP_S = 1.0
 # The load generator sends what is due every tick; 1 ms keeps bursts under ~1 % of a 20k/s rate.
 _PACE_TICK_S = 0.001
 # How often the learning phase reads the worker's counters (the timing resolution of that phase).
@@ -368,12 +372,12 @@ class Collector(threading.Thread):
         finally:
             consumer.close()
 
-    def latencies_ms(self) -> list[float]:
-        """Per decision of ``topics[0]`` that carries a ``ts``: arrival here minus ``ts``, in ms."""
+    def latencies_ms(self, since_ms: int = 0) -> list[float]:
+        """Per decision of ``topics[0]`` with a ``ts`` of at least ``since_ms``: arrival here minus ``ts``, in ms."""
         out = []
         for now, value in self._arrivals:
             ts = msgpack.unpackb(value).get("ts")
-            if ts is not None:
+            if ts is not None and ts >= since_ms:
                 out.append(now * 1000 - ts)
         return out
 
@@ -526,8 +530,9 @@ class WorkerProcess:
 
 
 def _pipe_main(spec: dict[str, Any]) -> None:
-    """consume -> msgpack decode -> encode -> produce; flush and commit per batch, like the worker."""
-    from workers.transport import make_consumer, make_producer, next_offsets
+    """consume -> msgpack decode -> encode -> produce; commits as the worker does (``InFlight``)."""
+    from workers.transport import make_consumer, make_producer
+    from workers.transport.in_flight import InFlight
 
     settings = _settings(spec["bootstrap"], "bench-pipe", spec["batch"])
     settings = replace(settings, session_timeout_ms=spec["session_timeout_ms"],
@@ -535,26 +540,30 @@ def _pipe_main(spec: dict[str, Any]) -> None:
                        linger_ms=spec.get("linger_ms", settings.linger_ms))  # fmt: skip
     consumer = make_consumer(settings, spec["client"])
     producer = make_producer(settings, spec["client"])
+
+    def pipe(records: Sequence[Any]) -> Any:
+        for record in records:
+            producer.send(spec["out_topic"], msgpack.packb(msgpack.unpackb(record.value)), key=record.key)
+        return producer.checkpoint()
+
+    in_flight = InFlight(consumer, spec.get("max_batches_in_flight", 0), redo=pipe)
     consumer.subscribe([spec["in_topic"]], spec["group"])
     done = 0
     first = last = None
     announced = not spec.get("announce")
     try:
-        while done < spec["expected"]:
+        while done < spec["expected"] or not in_flight.settled:
             records = consumer.poll_batch(spec["batch"], 100 if not announced else 500)
             if not announced and consumer.assignment():
                 print("ready", flush=True)  # the latency phase starts its load only now
                 announced = True
-            if not records:
-                continue
-            if first is None:
-                first = time.time()
-            for record in records:
-                producer.send(spec["out_topic"], msgpack.packb(msgpack.unpackb(record.value)), key=record.key)
-            producer.flush()
-            consumer.commit(next_offsets(records))
-            done += len(records)
-            last = time.time()
+            if records:
+                if first is None:
+                    first = time.time()
+                in_flight.add(records, pipe(records))
+                done += len(records)
+            if not in_flight.settled and in_flight.settle(wait=not records or done >= spec["expected"]):
+                last = time.time()
     finally:
         producer.close()
         consumer.close()
@@ -604,6 +613,7 @@ class Environment:
     # The worker's fetch wait and linger, which the bare pipe uses too (same batch settings).
     fetch_max_wait_ms: int = 10
     linger_ms: int = 5
+    max_batches_in_flight: int = 2
 
     def name(self, phase: str, client: str) -> str:
         self.counter += 1
@@ -660,6 +670,7 @@ def _pipe_command(
         "bootstrap": env.bootstrap, "client": client, "in_topic": topics.documents, "out_topic": topics.decisions,
         "group": group, "batch": env.batch, "expected": expected, "session_timeout_ms": SESSION_TIMEOUT_MS,
         "fetch_max_wait_ms": env.fetch_max_wait_ms, "linger_ms": env.linger_ms, "announce": announce,
+        "max_batches_in_flight": env.max_batches_in_flight,
     }  # fmt: skip
     return [sys.executable, "-m", "benchmarks.service", "_pipe", json.dumps(spec)]
 
@@ -811,22 +822,26 @@ def phase_mixed(
 
 
 def phase_latency(
-    env: Environment, client: str, model: str | None, docs: Sequence[LabelledDocument], rate: float, seconds: float
+    env: Environment, client: str, model: str | None, docs: Sequence[LabelledDocument], rate: float, seconds: float,
+    warmup_s: float = LATENCY_WARMUP_S,
 ) -> dict[str, Any]:
     """Documents paced at ``rate``/s with ts = send time; percentiles of ts -> decision arrival here.
 
-    ``model`` None runs the bare pipe instead of the worker at the same load: the transport's own
-    latency on this machine, the floor under the worker's.
+    The first ``warmup_s`` of the load is sent alike but not counted. ``model`` None runs the bare
+    pipe instead of the worker at the same load: the transport's own latency on this machine, the
+    floor under the worker's.
     """
     from workers.transport import make_producer
 
     name = env.name("latency" if model is not None else "pipe-latency", client)
     topics = env.topics(name)
-    n = max(1, min(len(docs), int(rate * seconds)))
+    n = max(1, min(len(docs), int(rate * (warmup_s + seconds))))
+    warm = min(n - 1, int(rate * warmup_s))  # the first `warm` documents are not counted
     collector = Collector(env.bootstrap, [topics.decisions], latency=True).start_and_wait()
     # Every message but its ts packed beforehand, so pacing costs the load generator little CPU
     # (the worker shares this machine's two cores with it).
     heads = [_without_ts(encode_document(DocumentMessage(doc.id, doc.tokens, None, 0))) for doc in docs[:n]]
+    keys = [doc.id.encode() for doc in docs[:n]]
     runner: WorkerProcess | subprocess.Popen[str]
     if model is not None:
         runner = _worker(env, client, model, topics, name)
@@ -845,13 +860,17 @@ def phase_latency(
             raise TransportError("the bare pipe never got its partitions")
         started = time.perf_counter()
         sent = 0
+        counted_from_ms = None  # ts of the first counted document
         while sent < n:
             due = min(n, int((time.perf_counter() - started) * rate) + 1)
             while sent < due:
-                producer.send(topics.documents, heads[sent] + msgpack.packb(_now_ms()), key=docs[sent].id.encode())
+                ts_ms = _now_ms()
+                if sent == warm:
+                    counted_from_ms, counted_started = ts_ms, time.perf_counter()
+                producer.send(topics.documents, heads[sent] + msgpack.packb(ts_ms), key=keys[sent])
                 sent += 1
             time.sleep(_PACE_TICK_S)
-        offered_s = time.perf_counter() - started
+        offered_s = time.perf_counter() - counted_started
         producer.flush()
         collector.wait_for(n, env.timeout_s, check)
     finally:
@@ -862,12 +881,14 @@ def phase_latency(
             runner.kill()
             runner.wait()
         collector.stop()
-    latencies = np.asarray(collector.latencies_ms())
+    assert counted_from_ms is not None
+    latencies = np.asarray(collector.latencies_ms(since_ms=counted_from_ms))
     p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
     return {
-        "documents": n,
+        "documents": len(latencies),
+        "warm_up_documents": warm,
         "offered_per_s": rate,
-        "achieved_offered_per_s": _rate(n, offered_s),
+        "achieved_offered_per_s": _rate(n - warm, offered_s),
         "p50_ms": float(p50),
         "p95_ms": float(p95),
         "p99_ms": float(p99),
@@ -970,7 +991,8 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
         env = Environment(broker.bootstrap_servers, redis_server.url, log_dir, config.worker_args,
                           settings.batch_max_docs, settings.shards, config.timeout_s,
                           fetch_max_wait_ms=settings.kafka.fetch_max_wait_ms,
-                          linger_ms=settings.kafka.linger_ms)  # fmt: skip
+                          linger_ms=settings.kafka.linger_ms,
+                          max_batches_in_flight=settings.max_batches_in_flight)  # fmt: skip
         write_s = write_model(model, env.redis_url, MODEL, settings.shards, len(train))
         results["model_write_s"] = write_s
         results["memory"] = model_memory(env.redis_url, MODEL, settings.shards, model.learner.table_specs())
