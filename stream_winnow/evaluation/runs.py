@@ -19,7 +19,7 @@ import numpy as np
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.evaluation.metrics import ClassificationReport, classification_report, label_matrix
 from stream_winnow.learners import compiled
-from stream_winnow.learners.base import Learner
+from stream_winnow.learners.base import Learner, one_of
 from stream_winnow.learners.mistake_driven import MistakeDriven
 from stream_winnow.training import TrainingConfig, TrainingReport, estimate_d, fit
 
@@ -81,7 +81,7 @@ def _decisions(learner: Learner, margins: np.ndarray) -> np.ndarray:
     if learner.mode == "one-of":
         decided = np.zeros(margins.shape, dtype=bool)
         alive = np.isfinite(margins).any(axis=1)
-        decided[np.flatnonzero(alive), np.argmax(margins[alive], axis=1)] = True
+        decided[np.flatnonzero(alive), one_of(margins[alive])] = True
         return decided
     return margins > 0
 

@@ -28,6 +28,20 @@ from stream_winnow.stores.base import CounterUpdate, TableSpec, Update, WeightSt
 from stream_winnow.stores.memory import MemoryStore
 
 DecisionMode = Literal["any-of", "one-of"]
+
+# One-of decisions compare margins rounded to this many decimals: categories whose scores are equal
+# but for the order of summation (the compiled loop adds feature by feature, numpy's dot as its BLAS
+# does, and they differ in the 15th digit) tie, and the first in store order wins on every path.
+ONE_OF_DECIMALS = 9
+
+
+def one_of(margins: np.ndarray) -> np.ndarray:
+    """Index of the one-of category per row (the last axis): the highest margin, ties to the first.
+
+    >>> one_of(np.array([[0.3, 0.7 - 1e-16, 0.7], [0.1, 0.2, 0.0]])).tolist()
+    [1, 1]
+    """
+    return np.argmax(np.round(margins, ONE_OF_DECIMALS), axis=-1)
 DECISION_MODES: tuple[str, ...] = get_args(DecisionMode)
 
 # Counter every learner keeps: updates made per category (key "*": labelled documents that changed the model).
@@ -144,7 +158,7 @@ class Learner(ABC):
         if not len(margins):
             return ()
         if self.mode == "one-of":
-            return (names[int(np.argmax(margins))],)
+            return (names[int(one_of(margins))],)
         return tuple(names[i] for i in np.flatnonzero(margins > 0).tolist())
 
     def decide_many(self, margins: np.ndarray, names: Sequence[str]) -> list[tuple[str, ...]]:
@@ -159,7 +173,7 @@ class Learner(ABC):
         if margins.ndim != 2 or not margins.shape[1]:
             return [()] * n
         if self.mode == "one-of":
-            return [(names[c],) for c in np.argmax(margins, axis=1).tolist()]
+            return [(names[c],) for c in one_of(margins).tolist()]
         rows, columns = np.nonzero(margins > 0)
         counts = np.bincount(rows, minlength=n).tolist()
         chosen = [names[c] for c in columns.tolist()]
