@@ -4,6 +4,10 @@ On the Reuters ModApte stream (training then test documents) in batches of 1,000
 ``--repeats`` passes, µs per document:
 
     decode + featurise   decode_document + transform_many  vs  parse_documents + transform_hashed
+    margins              rows gathered, w and keep derived  vs  scoring rows kept in the CachedStore
+                         (Learner.margins_many)                 (MistakeDriven.margins_many), the
+                                                                default Balanced Winnow trained on
+                                                                the training split, cache prefetched
     encode decisions     encode_decision per document      vs  encode_decisions per batch
     cache documents      one SET per document (pipelined)  vs  DocumentCache.put_many (embedded Redis)
 
@@ -24,7 +28,11 @@ from stream_winnow.datasets import read_modapte
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.fast_documents import parse_documents
 from stream_winnow.features import Featurizer
+from stream_winnow.learners import build_learner
+from stream_winnow.learners.base import Learner
 from stream_winnow.models import connect
+from stream_winnow.stores.cached import CachedStore
+from stream_winnow.training import fit
 from workers.embedded import start_redis
 
 BATCH = 1000
@@ -62,6 +70,18 @@ def main() -> None:
         "decode + featurise",
         _best_us(lambda b: text.transform_many([decode_document(r).tokens for r in b]), batches, args.repeats),
         _best_us(lambda b: hashed.transform_hashed(parse_documents(b)), batches, args.repeats),
+    ))  # fmt: skip
+
+    learner = build_learner("balanced-winnow")
+    fit(learner, split.train)
+    learner.store = CachedStore(learner.store)
+    learner.store.prefetch()
+    featurised = [hashed.transform_hashed(parse_documents(b)) for b in batches]
+    at = {id(b): i for i, b in enumerate(batches)}
+    rows.append((
+        "margins (90 categories, cached rows)",
+        _best_us(lambda b: Learner.margins_many(learner, featurised[at[id(b)]]), batches, args.repeats),
+        _best_us(lambda b: learner.margins_many(featurised[at[id(b)]]), batches, args.repeats),
     ))  # fmt: skip
 
     scores = np.round(rng.normal(size=(BATCH, len(names))), 6)

@@ -14,7 +14,7 @@ scores 0.6 (binary), 1.6 (count) and 0.5*sqrt(2) + 0.1*sqrt(6) = 0.95 (sqrt):
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -67,8 +67,8 @@ class BalancedWinnow(MistakeDriven):
         # In units of theta/d: w+ starts at 2, w- at 1.
         return [TableSpec("positive", 2.0), TableSpec("negative", 1.0), self.keep_spec()]
 
-    def scores(self, values: dict[str, np.ndarray], strengths: Any, unit: Any) -> np.ndarray:
-        return unit * (strengths @ (values["positive"] - values["negative"]))
+    def linear_weights(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        return values["positive"] - values["negative"]
 
     def rule_updates(self, vector: FeatureVector, promote: np.ndarray, demote: np.ndarray) -> list[RowUpdate]:
         columns = np.concatenate([promote, demote])

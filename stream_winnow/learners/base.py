@@ -125,13 +125,19 @@ class Learner(ABC):
         The batch's distinct features are read once (one Redis round trip for a
         worker's micro-batch); each document's strengths become a sparse row over them.
         """
+        unique, strengths, totals = self.batch_strengths(batch)
+        return np.asarray(self.margins_from(self.store.read(unique), strengths, totals))
+
+    @staticmethod
+    def batch_strengths(batch: FeatureBatch) -> tuple[np.ndarray, sparse.csr_matrix, np.ndarray]:
+        """(the batch's distinct ids, documents x those ids strengths, each document's total as a column)."""
         unique, inverse = batch.distinct_ids()
         strengths = sparse.csr_matrix(
             (batch.strengths, inverse.astype(np.int64), batch.indptr), shape=(len(batch), len(unique))
         )
         totals = np.add.reduceat(batch.strengths, batch.indptr[:-1]) if len(batch.ids) else np.zeros(len(batch))
         totals[np.diff(batch.indptr) == 0] = 0.0
-        return np.asarray(self.margins_from(self.store.read(unique), strengths, totals[:, None]))
+        return unique, strengths, totals[:, None]
 
     @abstractmethod
     def margins_from(self, values: dict[str, np.ndarray], strengths: Any, total_strength: Any) -> np.ndarray:

@@ -14,7 +14,7 @@ their ``keep`` flag to 0, after which they neither score nor learn.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ import numpy as np
 from scipy import sparse
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.features import FeatureConfig, FeatureVector
+from stream_winnow.features import FeatureBatch, FeatureConfig, FeatureVector
 from stream_winnow.learners.base import DecisionMode, Learner, LearnOutcome
 from stream_winnow.stores.base import Bounds, RowUpdate, TableSpec, Update, WeightStore
 
@@ -102,8 +102,8 @@ class MistakeDriven(Learner):
 
     # -- the rule ------------------------------------------------------------------------------------
     @abstractmethod
-    def scores(self, values: dict[str, np.ndarray], strengths: Any, unit: Any) -> np.ndarray:
-        """Score per category from the feature rows ``values``, (kept) strengths and the weight unit."""
+    def linear_weights(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Per feature row of ``values``, the weight per category that its strength multiplies."""
 
     @abstractmethod
     def rule_updates(
@@ -116,6 +116,26 @@ class MistakeDriven(Learner):
         """Bool per row: every weight still within one step of its initial value."""
 
     # -- shared --------------------------------------------------------------------------------------
+    def scores(self, values: Mapping[str, np.ndarray], strengths: Any, unit: Any) -> np.ndarray:
+        """Score per category from the feature rows ``values``, (kept) strengths and the weight unit."""
+        return unit * (strengths @ self.linear_weights(values))
+
+    def scoring_rows(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The rows' linear weights, zero for a discarded feature: what a batch is scored from."""
+        return self.linear_weights(values) * values[KEEP_TABLE][:, :1]
+
+    def margins_many(self, batch: FeatureBatch) -> np.ndarray:
+        """As ``Learner.margins_many``, from the features' ``scoring_rows`` (``WeightStore.read_view``).
+
+        A ``CachedStore`` keeps those rows beside the weights, so a batch only gathers them:
+        7.0 → 3.4 µs a Reuters document (``benchmarks/stages``). ``strengths @ (w * keep)`` sums the same
+        products as ``margins_from``'s ``(strengths * keep) @ w`` (keep is 0 or 1), in token
+        order rather than the order scipy's sparse product leaves: equal to about 1e-15.
+        """
+        unique, strengths, totals = self.batch_strengths(batch)
+        rows = self.store.read_view(unique, self.scoring_rows)
+        return np.asarray(self.unit(totals) * (strengths @ rows)) - self.theta
+
     def _read(self, vector: FeatureVector) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """The vector's rows and kept strengths; the last read is reused while the model is unchanged."""
         key = (vector, self.store.version, len(self.store.categories()))

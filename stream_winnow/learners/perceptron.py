@@ -7,7 +7,7 @@ strength. Same thick threshold and active-features-only updates as the Winnows.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -51,8 +51,8 @@ class Perceptron(MistakeDriven):
     def table_specs(self) -> list[TableSpec]:
         return [TableSpec("weight", 0.0, bounds=Bounds(-1e30, 1e30)), self.keep_spec()]
 
-    def scores(self, values: dict[str, np.ndarray], strengths: Any, unit: Any) -> np.ndarray:
-        return unit * (strengths @ values["weight"])
+    def linear_weights(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        return values["weight"]
 
     def rule_updates(self, vector: FeatureVector, promote: np.ndarray, demote: np.ndarray) -> list[RowUpdate]:
         columns = np.concatenate([promote, demote])

@@ -8,7 +8,7 @@ are normalised to sum to 1 (then d = 1 and a fresh model scores exactly theta).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -61,8 +61,8 @@ class PositiveWinnow(MistakeDriven):
     def table_specs(self) -> list[TableSpec]:
         return [TableSpec("weight", 1.0), self.keep_spec()]
 
-    def scores(self, values: dict[str, np.ndarray], strengths: Any, unit: Any) -> np.ndarray:
-        return unit * (strengths @ values["weight"])
+    def linear_weights(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        return values["weight"]
 
     def rule_updates(self, vector: FeatureVector, promote: np.ndarray, demote: np.ndarray) -> list[RowUpdate]:
         columns = np.concatenate([promote, demote])

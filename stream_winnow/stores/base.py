@@ -19,13 +19,17 @@ correct when several workers apply updates to the same features concurrently.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from stream_winnow.errors import ConfigError
+
+#: Rows of some features (per table, as ``read`` returns them) -> one array row per feature. A
+#: store may keep the result with its rows, keyed by the view itself (a learner's bound method).
+RowView = Callable[[Mapping[str, np.ndarray]], np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +122,15 @@ class WeightStore(ABC):
     @abstractmethod
     def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
         """For each table, an array (len(feature_ids), width) of current values; unseen read as initial."""
+
+    def read_view(self, feature_ids: np.ndarray, view: RowView) -> np.ndarray:
+        """``view`` of the rows of ``feature_ids`` (distinct): one row of the result per feature.
+
+        A learner scores from such a view (Balanced Winnow: ``positive - negative``, zero for a
+        discarded feature); ``CachedStore`` keeps it beside its rows instead of deriving it again
+        for every batch.
+        """
+        return view(self.read(feature_ids))
 
     @abstractmethod
     def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:

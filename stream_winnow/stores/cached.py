@@ -20,7 +20,7 @@ from collections.abc import Hashable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from stream_winnow.stores.base import LearnedEvent, RowSnapshot, RowUpdate, Update, WeightStore
+from stream_winnow.stores.base import LearnedEvent, RowSnapshot, RowUpdate, RowView, Update, WeightStore
 from stream_winnow.stores.memory import MemoryStore
 
 
@@ -38,6 +38,8 @@ class CachedStore(WeightStore):
         self._rows = MemoryStore(list(inner.tables.values()))
         # feature id -> (monotonic time, row state) of its fetch; kept only with a staleness bound
         self._fetched: dict[int, tuple[float, Hashable | None]] = {}
+        # view -> its rows for every cached row, by row index (read_view)
+        self._views: dict[RowView, np.ndarray] = {}
         self._state: Hashable | None = None  # the row state the cached rows were read at (exact mode)
         self.last_staleness_s = 0.0
         self.last_version: int | None = None  # the model version the last read saw (None: not known)
@@ -52,19 +54,43 @@ class CachedStore(WeightStore):
     def _reset(self) -> None:
         self._rows = MemoryStore(list(self.inner.tables.values()))
         self._fetched.clear()
+        self._views.clear()
         self._state = None
 
     def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
+        if not self._refresh(feature_ids):
+            return self.inner.read(feature_ids)
+        return self._rows.read(feature_ids)
+
+    def read_view(self, feature_ids: np.ndarray, view: RowView) -> np.ndarray:
+        """The view's rows, kept beside the cached rows: a batch gathers them and derives nothing.
+
+        Scoring 1,000 Reuters documents gathered 9,536 rows of 181 float64 (14 MB) and derived
+        ``positive - negative`` and the kept strengths from them; with the view kept, margins
+        cost 3.4 instead of 7.0 µs a document (``benchmarks/stages``).
+        """
+        if not self._refresh(feature_ids, distinct=True):
+            return view(self.inner.read(feature_ids))
+        views = self._views.get(view)
+        if views is None:
+            views = self._views[view] = np.ascontiguousarray(view(self._rows.read_rows()))
+        return views[self._rows.rows_of(feature_ids)]
+
+    def _refresh(self, feature_ids: np.ndarray, distinct: bool = False) -> bool:
+        """Bring the rows of ``feature_ids`` up to date in the cache; False: read the inner store instead.
+
+        ``distinct``: the ids are known to be distinct (np.unique of 10,000 ids costs 0.7 ms).
+        """
         bounded = self.max_staleness_ms > 0
         state = self.inner.row_state()
         self.last_version = None if state is None else state[0]
         if state is None and not bounded:
-            return self.inner.read(feature_ids)
+            return False
         now = time.monotonic()
         categories = self.inner.known_categories() if state is not None else self.inner.categories()
         if categories != self._rows.categories():
             self._start_afresh(categories)  # a new category widens every row
-        unique = np.unique(feature_ids)
+        unique = feature_ids if distinct else np.unique(feature_ids)
         self.last_staleness_s = 0.0
         if state is not None and state == self._state:
             # Nothing changed since the cached rows were read: they are exact; fetch the unseen ones.
@@ -86,10 +112,22 @@ class CachedStore(WeightStore):
                 self._start_afresh(self.inner.known_categories())
                 stale = unique
                 values = self.inner.read(stale)
-            self._rows.load_rows(stale, values)
+            self._load(stale, values)
             if bounded:  # fetch times matter only for the staleness bound
                 self._fetched.update(dict.fromkeys(stale.tolist(), (now, state)))
-        return self._rows.read(feature_ids)
+        return True
+
+    def _load(self, feature_ids: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
+        """Rows into the cache, and into every view kept (a view outgrown by the rows is derived anew)."""
+        self._rows.load_rows(feature_ids, values)
+        if not self._views:
+            return
+        rows = self._rows.rows_of(feature_ids)
+        for view, views in list(self._views.items()):
+            if len(views) < self._rows.capacity():
+                del self._views[view]
+            else:
+                views[rows] = view(values)
 
     def _start_afresh(self, categories: Sequence[str]) -> None:
         self._reset()
@@ -118,7 +156,7 @@ class CachedStore(WeightStore):
         for ids, values in self.inner.iter_rows():
             if loaded + len(ids) > budget or self._width(values) != len(categories):
                 break  # full, or a category was added meanwhile: the rest is read when asked for
-            self._rows.load_rows(ids, values)
+            self._load(ids, values)
             if self.max_staleness_ms > 0:
                 self._fetched.update(dict.fromkeys(ids.tolist(), (now, state)))
             loaded += len(ids)
@@ -205,3 +243,4 @@ class CachedStore(WeightStore):
 
     def set_metadata(self, values: Mapping[str, str]) -> None:
         self.inner.set_metadata(values)
+

@@ -110,7 +110,18 @@ class MemoryStore(WeightStore):
         return rows.astype(np.intp, copy=False)
 
     def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
-        block = self._array[self.rows_of(feature_ids)]
+        return self._tables_of(self._array[self.rows_of(feature_ids)])
+
+    def capacity(self) -> int:
+        """Rows allocated (``read_rows`` has this many); doubles as features are added."""
+        return int(self._array.shape[0])
+
+    def read_rows(self) -> dict[str, np.ndarray]:
+        """Every row by its index (``rows_of``), row 0 the initial values, per table: views, not copies."""
+        return self._tables_of(self._array)
+
+    def _tables_of(self, block: np.ndarray) -> dict[str, np.ndarray]:
+        """Per table, its columns of packed rows ``block``."""
         n = len(self._categories)
         return {
             name: block[:, start : start + (n if self.tables[name].per_category else 1)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -132,3 +133,47 @@ def test_a_category_added_between_the_state_and_the_rows_is_read_at_the_new_widt
     mine.row_state = original  # type: ignore[method-assign]
     assert got["positive"].shape == (len(IDS), 3)
     np.testing.assert_array_equal(got["positive"], mine.read(IDS)["positive"])
+
+
+def difference(values: Mapping[str, np.ndarray]) -> np.ndarray:
+    """A view as a learner's scoring_rows is one: positive - negative per feature row."""
+    return values["positive"] - values["negative"]
+
+
+def test_a_kept_view_follows_every_change_of_the_rows(redis_url: str) -> None:
+    mine, theirs = pair(redis_url)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    cached.prefetch()
+    unseen = np.arange(900_000, 900_040, dtype=np.int64)  # never stored: initial values, new cache rows
+
+    def check(ids: np.ndarray) -> None:
+        np.testing.assert_array_equal(cached.read_view(ids, difference), difference(mine.read(ids)))
+
+    check(IDS)
+    check(np.concatenate([IDS[::-1], unseen]))  # any order, rows added to the cache and the view
+    promote(theirs, 1.5)  # another worker's update: the state moves, cache and view start afresh
+    check(IDS)
+    promote(cached, 0.5)  # this worker's own update
+    check(IDS)
+    theirs.ensure_categories(["grain"])  # a new category widens every row
+    theirs.apply([RowUpdate("negative", IDS[:5], np.array([2]), np.array([3.0]))])
+    check(IDS)
+    assert cached.read_view(IDS, difference).shape == (len(IDS), 3)
+
+
+def test_margins_from_the_kept_view_equal_margins_from_the_rows(redis_url: str) -> None:
+    from stream_winnow.learners import build_learner
+    from stream_winnow.learners.base import Learner
+    from stream_winnow.synthetic import synthetic_stream
+    from stream_winnow.training import fit
+
+    docs = synthetic_stream(600)
+    for name in ("balanced-winnow", "positive-winnow", "perceptron"):
+        learner = build_learner(name)
+        fit(learner, docs[:400])
+        assert learner.discard().discarded > 0  # discarded features must score 0 on both paths
+        batch = learner.featurizer.transform_many([d.tokens for d in docs[400:]])
+        from_rows = Learner.margins_many(learner, batch)
+        np.testing.assert_allclose(learner.margins_many(batch), from_rows, rtol=1e-12, atol=1e-12, err_msg=name)
+        learner.store = CachedStore(learner.store)
+        np.testing.assert_allclose(learner.margins_many(batch), from_rows, rtol=1e-12, atol=1e-12, err_msg=name)
