@@ -70,6 +70,12 @@ MIXED_LABEL_EVERY = 10
 # partitions takes ~120 ms on Tansu to look up its offsets and fetch, and the documents sent
 # meanwhile arrive at once (a 150-240 ms start spike, for the worker and the bare pipe alike).
 LATENCY_WARMUP_S = 1.0
+# How long the latency phase's producer lets documents gather into a request (it counts in every
+# latency, which starts at send time). Tansu 0.6 spends CPU per produce request in proportion to
+# what the topic already holds: with 5 ms one producer of 17,000 msg/s took it from 25 % to 104 %
+# of a core in 30 s, with 25 ms it stayed at 12-22 %; at 26,000 docs/s on this 2-core machine
+# the worker's p99 was 238 ms with 5, 60 with 10 and 50 with 20 (its bare pipe's 55, 64, 110).
+LOAD_LINGER_MS = 10
 # The load generator sends what is due every tick; 1 ms keeps bursts under ~1 % of a 20k/s rate.
 _PACE_TICK_S = 0.001
 # How often the learning phase reads the worker's counters (the timing resolution of that phase).
@@ -102,6 +108,8 @@ class BenchConfig:
     command: str = ""
     phases: tuple[str, ...] = ("pipe", "scoring", "learning", "mixed", "latency")
     latency_rate: float | None = None  # offered docs/s in the latency phase; None: half the scoring rate
+    load_linger_ms: int = LOAD_LINGER_MS
+    repeats: int = 1  # pipe, scoring and latency are run this many times; the median run is reported
 
     def documents_for(self, client: str) -> int:
         if client == "kafka-python" and self.kafka_python_documents is not None:
@@ -614,6 +622,7 @@ class Environment:
     fetch_max_wait_ms: int = 10
     linger_ms: int = 5
     max_batches_in_flight: int = 2
+    load_linger_ms: int = LOAD_LINGER_MS
 
     def name(self, phase: str, client: str) -> str:
         self.counter += 1
@@ -625,6 +634,16 @@ class Environment:
         topics = Topics.of(prefix)
         create_topics(self.bootstrap, dict.fromkeys(topics.all(), PARTITIONS))
         return topics
+
+
+def median_run(runs: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The run whose ``key`` is the median (the lower middle of an even number), with every run's ``key``.
+
+    >>> median_run([{"p99_ms": 90.0}, {"p99_ms": 70.0}, {"p99_ms": 200.0}], "p99_ms")
+    {'p99_ms': 90.0, 'of_runs': [70.0, 90.0, 200.0]}
+    """
+    ordered = sorted(runs, key=lambda run: run[key])
+    return {**ordered[(len(ordered) - 1) // 2], "of_runs": [run[key] for run in ordered]}
 
 
 def _rate(n: int, seconds: float) -> float:
@@ -852,7 +871,8 @@ def phase_latency(
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
         )  # fmt: skip
         check = lambda: None  # noqa: E731
-    producer = make_producer(_settings(env.bootstrap, "bench-load"), _helper_client())  # type: ignore[arg-type]
+    load = replace(_settings(env.bootstrap, "bench-load"), linger_ms=env.load_linger_ms)
+    producer = make_producer(load, _helper_client())  # type: ignore[arg-type]
     try:
         if isinstance(runner, WorkerProcess):
             runner.wait_ready(env.timeout_s)
@@ -982,6 +1002,8 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
         "cpus": os.cpu_count(),
         "load_average_start": os.getloadavg()[0],
         "batch_max_docs": settings.batch_max_docs,
+        "repeats": config.repeats,
+        "load_linger_ms": config.load_linger_ms,
         "worker_args": list(config.worker_args),
         "clients": {},
     }
@@ -992,7 +1014,8 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                           settings.batch_max_docs, settings.shards, config.timeout_s,
                           fetch_max_wait_ms=settings.kafka.fetch_max_wait_ms,
                           linger_ms=settings.kafka.linger_ms,
-                          max_batches_in_flight=settings.max_batches_in_flight)  # fmt: skip
+                          max_batches_in_flight=settings.max_batches_in_flight,
+                          load_linger_ms=config.load_linger_ms)  # fmt: skip
         write_s = write_model(model, env.redis_url, MODEL, settings.shards, len(train))
         results["model_write_s"] = write_s
         results["memory"] = model_memory(env.redis_url, MODEL, settings.shards, model.learner.table_specs())
@@ -1002,15 +1025,21 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
             docs = encoded[:n]
             out: dict[str, Any] = {"documents": n}
             results["clients"][client] = out
-            if "pipe" in config.phases:
-                say(f"[{client}] pipe, {n:,} messages")
-                out["pipe"] = phase_pipe(env, client, docs)
-                say(f"[{client}] pipe: {out['pipe']['per_s']:,.0f}/s")
-            if "scoring" in config.phases:
-                scoring_model = f"{MODEL}-s-{client}"
-                write_model(model, env.redis_url, scoring_model, settings.shards, len(train))
-                out["scoring"] = phase_scoring(env, client, scoring_model, docs)
-                say(f"[{client}] scoring: {out['scoring']['per_s']:,.0f}/s")
+            repeats = range(config.repeats)
+            # Pipe and scoring alternate, so a quiet or busy spell of the machine touches both alike.
+            for repeat in repeats:
+                if "pipe" in config.phases:
+                    say(f"[{client}] pipe, {n:,} messages")
+                    out.setdefault("pipe_runs", []).append(phase_pipe(env, client, docs))
+                    say(f"[{client}] pipe: {out['pipe_runs'][-1]['per_s']:,.0f}/s")
+                if "scoring" in config.phases:
+                    scoring_model = f"{MODEL}-s-{client}-{repeat}"
+                    write_model(model, env.redis_url, scoring_model, settings.shards, len(train))
+                    out.setdefault("scoring_runs", []).append(phase_scoring(env, client, scoring_model, docs))
+                    say(f"[{client}] scoring: {out['scoring_runs'][-1]['per_s']:,.0f}/s")
+            for phase in ("pipe", "scoring"):
+                if f"{phase}_runs" in out:
+                    out[phase] = median_run(out[f"{phase}_runs"], "per_s")
             if "learning" in config.phases:
                 learn_model = f"{MODEL}-l-{client}"
                 write_model(model, env.redis_url, learn_model, settings.shards, len(train))
@@ -1026,12 +1055,17 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                 say(f"[{client}] mixed: {out['mixed']['per_s']:,.0f}/s")
             if "latency" in config.phases:
                 rate = config.latency_rate or out["scoring"]["per_s"] / 2
-                latency_model = f"{MODEL}-t-{client}"
-                write_model(model, env.redis_url, latency_model, settings.shards, len(train))
-                out["latency"] = phase_latency(env, client, latency_model, stream[:n], rate, config.latency_seconds)
-                say(f"[{client}] latency p99: {out['latency']['p99_ms']:.1f} ms; the bare pipe at the same load")
-                out["pipe_latency"] = phase_latency(env, client, None, stream[:n], rate, config.latency_seconds)
-                say(f"[{client}] bare pipe latency p99: {out['pipe_latency']['p99_ms']:.1f} ms")
+                for repeat in repeats:
+                    latency_model = f"{MODEL}-t-{client}-{repeat}"
+                    write_model(model, env.redis_url, latency_model, settings.shards, len(train))
+                    measured = phase_latency(env, client, latency_model, stream[:n], rate, config.latency_seconds)
+                    out.setdefault("latency_runs", []).append(measured)
+                    say(f"[{client}] latency p99: {measured['p99_ms']:.1f} ms; the bare pipe at the same load")
+                    floor = phase_latency(env, client, None, stream[:n], rate, config.latency_seconds)
+                    out.setdefault("pipe_latency_runs", []).append(floor)
+                    say(f"[{client}] bare pipe latency p99: {floor['p99_ms']:.1f} ms")
+                out["latency"] = median_run(out["latency_runs"], "p99_ms")
+                out["pipe_latency"] = median_run(out["pipe_latency_runs"], "p99_ms")
             if "pipe" in out and "scoring" in out:
                 out["scoring_over_pipe"] = out["scoring"]["per_s"] / out["pipe"]["per_s"]
         if config.profile:
@@ -1064,6 +1098,12 @@ def _f(value: float, digits: int = 0) -> str:
     return "n/a" if value != value else f"{value:,.{digits}f}"  # NaN check
 
 
+def _spread(figures: dict[str, Any], digits: int = 0) -> str:
+    """" (runs: a, b, c)" after a median of several runs; nothing for a single run."""
+    runs = figures.get("of_runs", [])
+    return f" (runs: {', '.join(_f(v, digits) for v in runs)})" if len(runs) > 1 else ""
+
+
 def _cell(cell: Callable[[dict[str, Any]], str], figures: dict[str, Any]) -> str:
     """A table cell, or a dash for a phase this run left out (``--phases``)."""
     try:
@@ -1078,7 +1118,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"`{results['command']}`",
         "",
         f"{results['corpus']}; batch_max_docs {results['batch_max_docs']}; worker args: "
-        f"{' '.join(results['worker_args']) or '(none)'}; {results['cpus']} CPUs, load average "
+        f"{' '.join(results['worker_args']) or '(none)'}; median of {results['repeats']} run(s) of pipe, scoring "
+        f"and latency; the latency load's producer lingers {results['load_linger_ms']} ms; {results['cpus']} CPUs, "
+        "load average "
         f"{results['load_average_start']:.2f} at start, {results['load_average_end']:.2f} at end",
         "",
         "| measure | " + " | ".join(clients) + " |",
@@ -1086,9 +1128,9 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
         ("documents per phase", lambda c: f"{c['documents']:,}"),
-        ("bare pipe msg/s (consume→decode→encode→produce)", lambda c: _f(c["pipe"]["per_s"])),
+        ("bare pipe msg/s (consume→decode→encode→produce)", lambda c: _f(c["pipe"]["per_s"]) + _spread(c["pipe"])),
         ("bare pipe msg/s, self-timed (first consume → last ack)", lambda c: _f(c["pipe"]["self_timed_per_s"])),
-        ("scoring docs/s (first → last decision)", lambda c: _f(c["scoring"]["per_s"])),
+        ("scoring docs/s (first → last decision)", lambda c: _f(c["scoring"]["per_s"]) + _spread(c["scoring"])),
         ("**scoring / bare pipe**", lambda c: _f(c["scoring_over_pipe"], 2)),
         ("group join before first decision, s (excluded)", lambda c: _f(c["scoring"]["join_s"], 1)),
         ("learning events/s (every event a mistake)", lambda c: _f(c["learning"]["per_s"])),
@@ -1102,10 +1144,10 @@ def markdown(results: dict[str, Any]) -> str:
         ("latency: offered docs/s (½ scoring)", lambda c: _f(c["latency"]["offered_per_s"])),
         ("latency p50 / p95 / p99 ms",
          lambda c: f"{_f(c['latency']['p50_ms'], 1)} / {_f(c['latency']['p95_ms'], 1)} / "
-                   f"{_f(c['latency']['p99_ms'], 1)}"),
+                   f"{_f(c['latency']['p99_ms'], 1)}" + _spread(c["latency"], 1)),
         ("bare pipe at the same load: p50 / p95 / p99 ms",
          lambda c: f"{_f(c['pipe_latency']['p50_ms'], 1)} / {_f(c['pipe_latency']['p95_ms'], 1)} / "
-                   f"{_f(c['pipe_latency']['p99_ms'], 1)}"),
+                   f"{_f(c['pipe_latency']['p99_ms'], 1)}" + _spread(c["pipe_latency"], 1)),
     ]  # fmt: skip
     for label, cell in rows:
         lines.append(f"| {label} | " + " | ".join(_cell(cell, results["clients"][c]) for c in clients) + " |")
@@ -1156,6 +1198,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="Length of the paced latency phase.")
     parser.add_argument("--latency-rate", type=float, default=None,
                         help="Offered docs/s in the latency phase [default: half the measured scoring rate].")
+    parser.add_argument("--load-linger-ms", type=int, default=LOAD_LINGER_MS,
+                        help="The latency phase's producer linger (it counts in every latency) [default: %(default)s].")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="Runs of pipe, scoring and latency; the median run is reported [default: %(default)s].")
     parser.add_argument("--phases", default=",".join(BenchConfig.phases),
                         help="Comma-separated subset of: " + ", ".join(BenchConfig.phases) + ".")
     parser.add_argument("--worker-arg", action="append", default=[], metavar="FLAG",
@@ -1167,6 +1213,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
     unknown = sorted(set(phases) - set(BenchConfig.phases))
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1; got {args.repeats}")
     if unknown or not phases:
         parser.error(f"--phases: {', '.join(unknown) or '(none)'} not allowed; choose from {', '.join(BenchConfig.phases)}")
     if "latency" in phases and "scoring" not in phases and args.latency_rate is None:
@@ -1181,6 +1229,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         learn_events=args.learn_events,
         latency_seconds=args.latency_seconds,
         latency_rate=args.latency_rate,
+        load_linger_ms=args.load_linger_ms,
+        repeats=args.repeats,
         phases=phases,
         worker_args=tuple(args.worker_arg),
         peers=not args.no_peers,

@@ -39,6 +39,7 @@ def test_every_figure_is_reported() -> None:
         documents=600,
         learn_events=200,
         latency_seconds=1.0,
+        repeats=2,
         profile=True,
         profile_top=5,
         timeout_s=120.0,
@@ -60,6 +61,8 @@ def test_every_figure_is_reported() -> None:
         results["peers"]["stream_winnow balanced-winnow"]["per_s"],
     ]
     assert all(math.isfinite(x) and x > 0 for x in finite), finite
+    for phase in ("pipe", "scoring", "latency", "pipe_latency"):  # the median of both runs, and both runs
+        assert len(figures[f"{phase}_runs"]) == len(figures[phase]["of_runs"]) == 2
     assert figures["scoring"]["dead_letters"] == 0
     assert figures["learning"]["model_version_delta"] > 0
     assert figures["mixed"]["learned"] == figures["mixed"]["labelled_events"] == 60
@@ -73,10 +76,10 @@ def test_every_figure_is_reported() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--phases", "scoring,warp"], ["--phases", ","], ["--phases", "latency"]],
+    [["--phases", "scoring,warp"], ["--phases", ","], ["--phases", "latency"], ["--repeats", "0"]],
 )
 def test_a_bad_phase_list_says_what_is_allowed(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--synthetic", "10", *argv])
     assert exit_info.value.code == 2
-    assert "--phases" in capsys.readouterr().err
+    assert f"error: {argv[0]}" in capsys.readouterr().err
