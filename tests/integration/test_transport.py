@@ -50,6 +50,16 @@ def consume(consumer: Consumer, n: int, timeout_s: float = JOIN_TIMEOUT_S) -> li
     return records
 
 
+def held_offsets(settings: KafkaSettings, group_id: str) -> dict[TopicPartition, int]:
+    """The offsets the broker holds for ``group_id``, read without joining the group."""
+    admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    try:
+        held = admin.list_group_offsets({group_id: None})[group_id]
+    finally:
+        admin.close()
+    return {(tp.topic, tp.partition): meta.offset for tp, meta in held.items()}
+
+
 def test_settings_hide_the_password() -> None:
     settings = KafkaSettings(
         "b:9092", security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
@@ -190,12 +200,7 @@ def test_two_members_split_four_partitions_and_commit_on_revoke(
         first.close()
 
     # The commits made inside on_revoke are what the group now holds (read without joining it).
-    admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
-    try:
-        held = admin.list_group_offsets({group_id: None})[group_id]
-    finally:
-        admin.close()
-    assert {(tp.topic, tp.partition): meta.offset for tp, meta in held.items()} == done
+    assert held_offsets(settings, group_id) == done
 
 
 @pytest.mark.integration
@@ -288,11 +293,6 @@ def test_an_asynchronous_commit_is_held_by_the_group(
         done = next_offsets(records)
         consumer.commit(done, asynchronous=True)
         deadline = time.monotonic() + 10
-        while consumer.lag() != dict.fromkeys(done, 0) and time.monotonic() < deadline:
+        while held_offsets(settings, group_id) != done and time.monotonic() < deadline:
             consumer.poll_batch(timeout_ms=100)  # serves the commit's answer
-    admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
-    try:
-        held = admin.list_group_offsets({group_id: None})[group_id]
-    finally:
-        admin.close()
-    assert {(tp.topic, tp.partition): meta.offset for tp, meta in held.items()} == done
+        assert held_offsets(settings, group_id) == done
