@@ -14,7 +14,8 @@ all its outputs are acknowledged::
         in_flight.settle(wait=not records)              # commit what is acknowledged
 
 Offsets are never committed ahead of their outputs, so at-least-once holds as before; a
-crash now repeats at most ``max_batches + 1`` batches instead of one. A batch whose outputs
+crash now repeats the last ``max_batches + 1`` batches instead of one, and any whose
+asynchronous commit had not reached the broker yet. A batch whose outputs
 failed is handed to ``redo`` (processed and sent again) before anything after it commits.
 """
 
