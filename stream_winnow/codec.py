@@ -333,6 +333,8 @@ def encode_decisions(
     worker: str | None = None,
     ts_ms: Sequence[int | None] | None = None,
     decided_ts_ms: int | None = None,
+    *,
+    top: int | None = None,
 ) -> list[bytes]:
     """Encode a batch of decisions over the same category ``names``, byte for byte as :func:`encode_decision`.
 
@@ -357,6 +359,16 @@ def encode_decisions(
     True
     >>> decode_decision(raws[0]).scores
     {'crude': 1.6, 'oil': -0.25}
+
+    ``top`` K keeps, of each row, the K highest scores, highest first (ties to the earlier
+    name), and the scores of its categories that are not among them
+    (:func:`stream_winnow.top_scores.top_columns`); None keeps every score in the order of
+    ``names``. Ten of 90 scores take a decision from about 1,500 to 300 bytes, for about
+    1.5 µs a document more than every score.
+
+    >>> raws = encode_decisions(["d1"], [("oil",)], np.array([[3.0, -0.5, 0.25]]), ["crude", "oil", "ship"], 7, top=1)
+    >>> decode_decision(raws[0]).scores
+    {'crude': 3.0, 'oil': -0.5}
     """
     n, k = len(ids), len(names)
     if len(categories) != n:
@@ -369,50 +381,89 @@ def encode_decisions(
         raise ValueError(f"{len(model_version)} model versions for {n} ids")
     if ts_ms is not None and len(ts_ms) != n:
         raise ValueError(f"{len(ts_ms)} timestamps for {n} ids")
+    if top is not None and top < 0:
+        raise ValueError(f"top must be >= 0 or None; got {top}")
     names = tuple(names)
     if len(set(names)) != k:
         raise ValueError("names must be unique")
     if not n:
         return []
     try:
-        return _encode_decisions(ids, categories, scores, names, model_version, model, worker, ts_ms, decided_ts_ms)
+        rows = _score_rows(categories, scores, names) if top is None or top >= k else _top_score_rows(
+            categories, scores, names, top
+        )
+        return _encode_decisions(ids, categories, rows, model_version, model, worker, ts_ms, decided_ts_ms)
     except UnicodeEncodeError as exc:
         _fail("not-utf8", f"a string cannot be encoded as UTF-8 ({exc})")
     except (TypeError, OverflowError) as exc:
         _fail("wrong-type", f"a value cannot be encoded as msgpack ({exc})")
 
 
+def _score_rows(
+    categories: Sequence[tuple[str, ...]], scores: np.ndarray, names: tuple[str, ...]
+) -> Sequence[bytes | memoryview]:
+    """Per document, the bytes from ``"scores"`` up to the value of ``"model_version"``: every score."""
+    n = len(categories)
+    template, dtypes = _score_map_layout(names)
+    width = template.shape[0]
+    if dtypes is None:  # no names: every scores map is the empty map
+        return [template.tobytes()] * n
+    matrix = np.empty((n, width), dtype=np.uint8)
+    matrix[:] = template
+    # A cast between structured dtypes copies field by field in C, from the
+    # packed big-endian scores into the float slots after each 0xcb marker.
+    slots, packed = dtypes
+    matrix.view(slots)[:, 0] = np.ascontiguousarray(scores, dtype=">f8").view(packed)[:, 0]
+    # b"".join reads the rows in place: slices of a memoryview copy nothing.
+    flat = matrix.reshape(-1).data
+    return [flat[i : i + width] for i in range(0, n * width, width)]
+
+
+def _top_score_rows(
+    categories: Sequence[tuple[str, ...]], scores: np.ndarray, names: tuple[str, ...], top: int
+) -> list[bytes]:
+    """As :func:`_score_rows` with the ``top`` highest scores and those of each document's categories."""
+    from stream_winnow.top_scores import top_columns
+
+    n = len(categories)
+    column_of = _column_of(names)
+    assigned = np.zeros(scores.shape, dtype=np.bool_)
+    for row, cats in enumerate(categories):
+        for name in cats:
+            column = column_of.get(name)
+            if column is not None:
+                assigned[row, column] = True
+    indptr, columns = top_columns(scores, top, assigned)
+    values = scores[np.repeat(np.arange(n), np.diff(indptr)), columns].tolist()
+    chosen = [names[c] for c in columns.tolist()]
+    pack = msgpack.Packer(use_bin_type=True).pack
+    before, after = pack("scores"), pack("model_version")
+    bounds = indptr.tolist()
+    return [
+        before + pack(dict(zip(chosen[a:b], values[a:b], strict=True))) + after
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
+
+
+@lru_cache(maxsize=16)
+def _column_of(names: tuple[str, ...]) -> dict[str, int]:
+    return {name: column for column, name in enumerate(names)}
+
+
 def _encode_decisions(
     ids: Sequence[str],
     categories: Sequence[tuple[str, ...]],
-    scores: np.ndarray,
-    names: tuple[str, ...],
+    rows: Sequence[bytes | memoryview],
     model_version: int | Sequence[int],
     model: str | None,
     worker: str | None,
     ts_ms: Sequence[int | None] | None,
     decided_ts_ms: int | None,
 ) -> list[bytes]:
-    """:func:`encode_decisions` after its argument checks; msgpack errors propagate."""
+    """:func:`encode_decisions` after its argument checks, given each document's scores bytes."""
     n = len(ids)
     packer = msgpack.Packer(use_bin_type=True)
     pack = packer.pack
-    # From "scores" up to the value of "model_version": one row for each document.
-    template, dtypes = _score_map_layout(names)
-    width = template.shape[0]
-    rows: Sequence[bytes | memoryview]
-    if dtypes is None:  # no names: every scores map is the empty map
-        rows = [template.tobytes()] * n
-    else:
-        matrix = np.empty((n, width), dtype=np.uint8)
-        matrix[:] = template
-        # A cast between structured dtypes copies field by field in C, from the
-        # packed big-endian scores into the float slots after each 0xcb marker.
-        slots, packed = dtypes
-        matrix.view(slots)[:, 0] = np.ascontiguousarray(scores, dtype=">f8").view(packed)[:, 0]
-        # b"".join reads the rows in place: slices of a memoryview copy nothing.
-        flat = matrix.reshape(-1).data
-        rows = [flat[i : i + width] for i in range(0, n * width, width)]
     # The map fields after "model_version", constant over the batch but for "ts".
     optional = b""
     if model is not None:

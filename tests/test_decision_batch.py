@@ -207,3 +207,47 @@ def test_unencodable_string_raises_codec_error_like_encode_decision() -> None:
     with pytest.raises(CodecError) as single_error:
         _one_by_one(**batch)
     assert batch_error.value.code == single_error.value.code == "not-utf8"
+
+
+def _reported(scores: np.ndarray, names: Sequence[str], categories: Sequence[str], top: int) -> dict[str, float]:
+    """The scores map a decision reports with ``top``, by a plain sort: highest first, then the assigned rest."""
+    order = sorted(range(len(names)), key=lambda j: (-scores[j], j))[:top]
+    order += [j for j, name in enumerate(names) if name in categories and j not in order]
+    return {names[j]: float(scores[j]) for j in order}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_batches(), st.integers(min_value=0, max_value=45))
+def test_top_is_byte_identical_to_encode_decision_of_the_reported_scores(batch: dict[str, Any], top: int) -> None:
+    raws = encode_decisions(**batch, top=top)
+    if top >= len(batch["names"]):
+        assert raws == _one_by_one(**batch)  # every score, in the order of the names
+        return
+    for i, raw in enumerate(raws):
+        scores = _reported(batch["scores"][i], batch["names"], batch["categories"][i], top)
+        version = batch["model_version"] if isinstance(batch["model_version"], int) else batch["model_version"][i]
+        ts = None if batch["ts_ms"] is None else batch["ts_ms"][i]
+        decision = Decision(batch["ids"][i], tuple(batch["categories"][i]), scores, version, batch["model"],
+                            batch["worker"], ts, batch["decided_ts_ms"])  # fmt: skip
+        assert raw == encode_decision(decision, check=False)
+
+
+def test_top_keeps_every_assigned_category_and_shrinks_the_message() -> None:
+    batch = _fixed_batch(200, 90, seed=3)
+    names, scores = batch["names"], batch["scores"]
+    # About one category a document, as on Reuters (1.2), and two of whatever rank on the first.
+    batch["categories"] = [tuple(names[j] for j in range(90) if scores[i, j] > 7.0) for i in range(200)]
+    batch["categories"][0] = ("cat-5", "cat-60")
+    raws = encode_decisions(**batch, top=10)
+    every = encode_decisions(**batch)
+    for raw, cats in zip(raws, batch["categories"], strict=True):
+        scores = decode_decision(raw).scores
+        assert set(cats) <= set(scores) and 10 <= len(scores) <= 10 + len(cats)
+        values = list(scores.values())[:10]
+        assert values == sorted(values, reverse=True)
+    assert sum(map(len, raws)) < 0.3 * sum(map(len, every))
+
+
+def test_top_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="top must be >= 0"):
+        encode_decisions(**_fixed_batch(2, 3), top=-1)

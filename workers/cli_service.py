@@ -21,7 +21,7 @@ from stream_winnow.document_cache import DocumentCache
 from stream_winnow.learners import LEARNERS
 from stream_winnow.models import connect, open_learner
 from stream_winnow.stores.cached import CachedStore
-from workers.config import ENV_PREFIX, Topics, WorkerConfig, default_worker_id, redact_url
+from workers.config import DEFAULT_DECISION_SCORES, ENV_PREFIX, Topics, WorkerConfig, default_worker_id, redact_url
 from workers.transport import KafkaSettings, make_consumer, make_producer
 
 
@@ -33,6 +33,26 @@ def env(flag: str) -> str:
 def option(flag: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A click option that also reads ``STREAM_WINNOW_<FLAG>`` and shows it in --help."""
     return click.option(flag, envvar=env(flag), show_envvar=True, **kwargs)
+
+
+class DecisionScores(click.ParamType):
+    """``all`` (None) or a count of highest scores, at least 0."""
+
+    name = "N|all"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        if text == "all":
+            return None
+        try:
+            count = int(text)
+        except ValueError:
+            count = -1
+        if count < 0:
+            self.fail(f"{value!r} is neither 'all' nor a whole number >= 0", param, ctx)
+        return count
 
 
 def model_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -107,11 +127,13 @@ def setup_logging(fmt: str, level: str) -> None:
         help="Records per batch at most: one Redis read for scoring, one script per shard for learning.")
 @option("--fetch-max-wait-ms", type=click.IntRange(min=0), default=10, show_default=True,
         help="How long the broker may hold a fetch for data; latency floor on brokers without long polling.")
-@option("--linger-ms", type=click.IntRange(min=0), default=5, show_default=True,
-        help="How long decisions wait to fill a produce batch.")
+@option("--linger-ms", type=click.IntRange(min=0), default=20, show_default=True,
+        help="How long decisions wait to fill a produce batch (fewer, larger batches: less broker work).")
 @option("--max-batches-in-flight", type=click.IntRange(min=0), default=2, show_default=True,
         help="Batches whose decisions may await the broker's acknowledgement while the next is processed "
              "(0: wait for each); a crash repeats at most this many + 1.")
+@option("--decision-scores", type=DecisionScores(), default=str(DEFAULT_DECISION_SCORES), show_default=True,
+        help="Scores per decision: the N highest and every assigned category's, or 'all' categories'.")
 @option("--poll-timeout-ms", type=click.IntRange(min=1), default=500, show_default=True)
 @option("--max-tokens-per-document", type=click.IntRange(min=1), default=10_000, show_default=True)
 @option("--max-message-bytes", type=click.IntRange(min=64), default=1_048_576, show_default=True)
@@ -161,6 +183,7 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
         batch_max_docs=flags["batch_max_docs"],
         poll_timeout_ms=flags["poll_timeout_ms"],
         max_batches_in_flight=flags["max_batches_in_flight"],
+        decision_scores=flags["decision_scores"],
         limits=CodecLimits(max_tokens_per_document=flags["max_tokens_per_document"],
                            max_message_bytes=flags["max_message_bytes"]),  # fmt: skip
         learner=flags["learner"],

@@ -20,6 +20,8 @@ from workers.transport import Client, KafkaSettings
 
 ENV_PREFIX = "STREAM_WINNOW"
 LogFormat = Literal["text", "json"]
+# The highest scores a decision carries by default (the assigned categories' always come too).
+DEFAULT_DECISION_SCORES = 10
 
 
 def redact_url(url: str) -> str:
@@ -77,6 +79,12 @@ class WorkerConfig:
     # A crash repeats at most this many + 1 batches (their updates are still applied once).
     max_batches_in_flight: int = 2
     limits: CodecLimits = field(default_factory=CodecLimits)
+    # Scores a decision carries: the N highest plus any assigned category below them (None: every
+    # category's). All 90 of the Reuters model make a decision ~1,500 bytes, 10 make it ~300; at
+    # 25,000 documents/s on the embedded broker (--linger-ms 20) one worker's p99 latency was
+    # 209-684 ms with every score and 75-85 ms with 10 (benchmarks/service.py --phases latency,
+    # three runs each).
+    decision_scores: int | None = DEFAULT_DECISION_SCORES
     # Learner used when the model does not exist yet (an existing model keeps its own).
     learner: str = "balanced-winnow"
     shards: int = 16
@@ -104,6 +112,8 @@ class WorkerConfig:
             raise ConfigError(f"max_batches_in_flight must be >= 0; got {self.max_batches_in_flight}")
         if self.max_staleness_ms < 0:
             raise ConfigError(f"max_staleness_ms must be >= 0; got {self.max_staleness_ms}")
+        if self.decision_scores is not None and self.decision_scores < 0:
+            raise ConfigError(f"decision_scores must be >= 0 or None (all); got {self.decision_scores}")
         if not self.model or any(c in self.model for c in "{}: "):
             raise ConfigError(f"model name must be non-empty without braces, colons or spaces; got {self.model!r}")
         if not urlsplit(self.redis_url).scheme.startswith("redis"):

@@ -61,6 +61,7 @@ from stream_winnow.outcomes import push_outcomes
 from stream_winnow.stores.base import CounterUpdate, LearnedEvent, Update
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.memory import MemoryStore
+from stream_winnow.top_scores import reported_scores
 from workers.config import WorkerConfig
 from workers.metrics import WorkerMetrics
 from workers.transport import Consumer, Delivery, Producer, Record
@@ -418,7 +419,7 @@ class Worker:
         self.metrics.model_version.set(version)
         encoded = encode_decisions(
             ids, learner.decide_many(margins, names), _finite_rounded(margins), names, version,
-            self.config.model, self.config.worker_id, ts_ms, now_ms(),
+            self.config.model, self.config.worker_id, ts_ms, now_ms(), top=self.config.decision_scores,
         )  # fmt: skip
         send, topic = self.producer.send, self.config.topics.decisions
         for document_id, value in zip(ids, encoded, strict=True):
@@ -662,7 +663,11 @@ class Worker:
         ts_ms: int | None,
     ) -> None:
         """Produce one decision; ``margins`` are plain floats (rounded to 6 places) in ``names``' order."""
-        scores = dict(zip(names, margins, strict=False))
+        top = self.config.decision_scores
+        if top is None or top >= len(margins):
+            scores = dict(zip(names, margins, strict=False))
+        else:
+            scores = reported_scores(names[: len(margins)], margins, categories, top)
         decision = Decision(
             id=document_id,
             categories=categories,

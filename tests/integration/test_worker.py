@@ -382,3 +382,21 @@ def test_a_redis_outage_is_retried_and_the_worker_resumes_by_itself(
         assert worker.poll() is None
     finally:
         redis_again.stop()
+
+
+def test_decisions_carry_the_highest_scores_and_every_assigned_category(
+    service: Service, reuters_docs: list[LabelledDocument]
+) -> None:
+    docs = reuters_docs[:300]
+    service.start_worker(STREAM_WINNOW_DECISION_SCORES="2")
+    service.produce("documents", [document(d, with_labels=True) for d in docs])
+    decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= len(docs))
+    assert len({d.id for d in decisions}) == len(docs), service.logs()[-3000:]
+    learned = [d for d in decisions if d.model_version > 0 and len(d.scores) > 0]
+    assert learned, "the model learned categories, so decisions carry scores"
+    for d in decisions:
+        assert set(d.categories) <= set(d.scores)
+        assert len(d.scores) <= 2 + len(d.categories)
+        best = list(d.scores.values())[: min(2, len(d.scores))]
+        assert best == sorted(best, reverse=True)
+    assert max(len(d.scores) for d in decisions) >= 2
