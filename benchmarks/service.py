@@ -620,7 +620,7 @@ class Environment:
     counter: int = 0
     # The worker's fetch wait and linger, which the bare pipe uses too (same batch settings).
     fetch_max_wait_ms: int = 10
-    linger_ms: int = 5
+    linger_ms: int = 20
     max_batches_in_flight: int = 2
     load_linger_ms: int = LOAD_LINGER_MS
 
