@@ -201,6 +201,11 @@ class EmbeddedBroker(_Handle):
         self.bootstrap_servers = f"{host}:{port}"
         self.log_path = service.log_path
 
+    @property
+    def pid(self) -> int:
+        """The broker process's id (for measuring its CPU, as ``benchmarks/broker_cost.py`` does)."""
+        return self._service.pid
+
     def stop(self) -> None:
         self._service.stop()
 
