@@ -5,7 +5,10 @@ loads it into Redis, and runs ``Worker.process`` over 40 batches of 500 prepared
 ``score`` feeds unlabelled documents, ``learn`` labelled events with tokens whose label is a category the
 document does not have (mostly mistakes). Offsets are not committed (there is no consumer), everything
 else is the real path: decoding, Redis reads and scripts, decisions produced to the broker. Prints
-records/s under the profiler and the top functions by own time.
+records/s under the profiler and the top functions by own time, then how long Redis ran each script
+(its ``SLOWLOG``, every command logged): while one runs, Redis serves no other worker.
+
+``--batch 1000`` and ``--batch 2000`` show the trade of the worker's ``--batch-max-docs`` for learning.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from collections.abc import Mapping
 
 import msgpack
+import numpy as np
 
 from stream_winnow.datasets import read_modapte
 from stream_winnow.document_cache import DocumentCache
@@ -47,7 +51,10 @@ def main() -> None:
     parser.add_argument("--source", default="../shared/datasets/reuters21578.tar.gz")
     parser.add_argument("--client", choices=["kafka-python", "confluent"], default="confluent")
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=BATCH, help=f"Records per batch [default: {BATCH}].")
     args = parser.parse_args()
+    if args.batch < 1:
+        parser.error(f"--batch must be at least 1; got {args.batch}")
     split = read_modapte(args.source)
     with start_broker() as broker, start_redis() as server:
         create_topics(broker.bootstrap_servers, {"decisions": 4, "dead-letters": 1})
@@ -63,9 +70,11 @@ def main() -> None:
         docs = (split.train + split.test) * 2
         categories = list(split.categories)
         batches = []
-        for start in range(0, BATCH * (BATCHES + 1), BATCH):
+        while len(docs) < args.batch * (BATCHES + 1):
+            docs += docs
+        for start in range(0, args.batch * (BATCHES + 1), args.batch):
             records = []
-            for i, doc in enumerate(docs[start : start + BATCH]):
+            for i, doc in enumerate(docs[start : start + args.batch]):
                 n = start + i
                 if args.what == "score":
                     body = {"id": f"d{n}", "tokens": list(doc.tokens)}
@@ -76,6 +85,9 @@ def main() -> None:
                     records.append(Record("labels", 0, n, msgpack.packb(body)))
             batches.append(records)
         worker.process(batches[0])  # warm-up: compiled code, connections
+        client.config_set("slowlog-log-slower-than", 0)
+        client.config_set("slowlog-max-len", 1_000_000)
+        client.slowlog_reset()
         profiler = cProfile.Profile()
         started = time.perf_counter()
         profiler.enable()
@@ -83,8 +95,15 @@ def main() -> None:
             worker.process(records)
         profiler.disable()
         seconds = time.perf_counter() - started
-        print(f"{args.what}: {BATCH * BATCHES / seconds:,.0f} records/s under cProfile ({args.client})")
+        print(f"{args.what}: {args.batch * BATCHES / seconds:,.0f} records/s under cProfile ({args.client}), "
+              f"batches of {args.batch}")  # fmt: skip
         pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+        scripts = [e["duration"] for e in client.slowlog_get(1_000_000)
+                   if bytes(e["command"]).upper().startswith((b"EVALSHA ", b"EVAL ", b"FCALL "))]  # fmt: skip
+        if scripts:
+            p50, p99 = np.percentile(scripts, [50, 99])
+            print(f"Redis scripts: {len(scripts):,} ({len(scripts) / BATCHES:.1f} a batch), µs each: p50 {p50:,.0f}, "
+                  f"p99 {p99:,.0f}, max {max(scripts):,}; {sum(scripts) / BATCHES / 1000:.1f} ms a batch")
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ def setup_logging(fmt: str, level: str) -> None:
         help="Learner of a model created by this worker (an existing model keeps its own).")
 @option("--shards", type=click.IntRange(1, 16384), default=16, show_default=True,
         help="Feature shards of a new model (hash tags for a Redis Cluster).")
-@option("--batch-max-docs", type=click.IntRange(min=1), default=1000, show_default=True,
+@option("--batch-max-docs", type=click.IntRange(min=1), default=2000, show_default=True,
         help="Records per batch at most: one Redis read for scoring, one script per shard for learning.")
 @option("--fetch-max-wait-ms", type=click.IntRange(min=0), default=10, show_default=True,
         help="How long the broker may hold a fetch for data; latency floor on brokers without long polling.")

@@ -67,10 +67,12 @@ class WorkerConfig:
     group_id: str = "stream-winnow"
     topics: Topics = field(default_factory=Topics)
     # One batch = one Redis read round trip for scoring and one script per shard for learning. At
-    # saturation 1,000 documents are ~30 ms of scoring; learning gains most: 5,423 mistaken events/s
-    # at 500, 6,936 at 1,000, 8,806 at 2,000 (benchmarks/service.py --phases learning), but a shard's
-    # script then blocks Redis for longer. Below saturation batches stay small whatever this is.
-    batch_max_docs: int = 1000
+    # saturation 2,000 documents are ~60 ms of scoring; learning gains most: 4,746 / 4,902 mistaken
+    # events/s at 1,000, 6,830 / 6,336 at 2,000 (benchmarks/service.py --phases learning, two runs
+    # each), while the longest script blocks Redis for up to 12.5 ms instead of 5.6
+    # (benchmarks/profile_worker.py learn --batch 1000, then 2000). Below saturation batches stay
+    # small whatever this is.
+    batch_max_docs: int = 2000
     # How long a poll waits for the first record; bounds SIGTERM response and idle CPU.
     poll_timeout_ms: int = 500
     # Batches whose outputs may still await the broker's acknowledgement while the next one is
