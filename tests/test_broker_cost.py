@@ -15,7 +15,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 
 def test_a_paced_run_reports_every_second_and_is_consumed() -> None:
-    rows = run(rate=1_000, seconds=3, partitions=2, keyed=True, linger_ms=10, idempotent=True)
+    rows = run(rate=1_000, seconds=3, partitions=2, keyed=True, linger_ms=10, idempotent=True, history=2)
     assert len(rows) >= 2
     assert all(row["broker_cpu_percent"] >= 0 for row in rows)
     assert sum(row["fetches"] for row in rows) > 0
