@@ -52,6 +52,7 @@ from typing import Any, Literal, NoReturn
 
 import msgpack
 import numpy as np
+from numba import njit
 
 from stream_winnow.errors import CodecError, ConfigError
 
@@ -363,8 +364,8 @@ def encode_decisions(
     ``top`` K keeps, of each row, the K highest scores, highest first (ties to the earlier
     name), and the scores of its categories that are not among them
     (:func:`stream_winnow.top_scores.top_columns`); None keeps every score in the order of
-    ``names``. Ten of 90 scores take a decision from about 1,500 to 300 bytes, for about
-    1.5 µs a document more than every score.
+    ``names``. Ten of 90 scores take a decision from about 1,500 to 300 bytes; their maps cost
+    1.4 µs a document to build, every score's 0.4 µs (1,000 documents of 90 categories).
 
     >>> raws = encode_decisions(["d1"], [("oil",)], np.array([[3.0, -0.5, 0.25]]), ["crude", "oil", "ship"], 7, top=1)
     >>> decode_decision(raws[0]).scores
@@ -434,15 +435,60 @@ def _top_score_rows(
             if column is not None:
                 assigned[row, column] = True
     indptr, columns = top_columns(scores, top, assigned)
-    values = scores[np.repeat(np.arange(n), np.diff(indptr)), columns].tolist()
-    chosen = [names[c] for c in columns.tolist()]
-    pack = msgpack.Packer(use_bin_type=True).pack
-    before, after = pack("scores"), pack("model_version")
-    bounds = indptr.tolist()
+    # Every reported (name, score) entry of the batch in one byte array, in one compiled pass: each
+    # column's packed name and float64 marker copied from the layout, its big-endian score after.
+    layout, starts, lengths = _entry_layout(names)
+    values = np.ascontiguousarray(scores[np.repeat(np.arange(n), np.diff(indptr)), columns], dtype=">f8")
+    ends = np.cumsum(lengths[columns])
+    entries = _pack_entries(layout, starts, lengths, columns, values.view(np.uint8), ends).tobytes()
+    bounds = np.concatenate(([0], ends))[indptr].tolist()
+    counts = np.diff(indptr).tolist()
+    before, after = _SCORES_KEY, _MODEL_VERSION_KEY
+    header = _map_header
     return [
-        before + pack(dict(zip(chosen[a:b], values[a:b], strict=True))) + after
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        before + header(count) + entries[a:b] + after
+        for count, a, b in zip(counts, bounds[:-1], bounds[1:], strict=True)
     ]
+
+
+@njit(cache=True)
+def _pack_entries(
+    layout: np.ndarray, starts: np.ndarray, lengths: np.ndarray, columns: np.ndarray, values: np.ndarray,
+    ends: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """The entries of ``columns`` side by side, the 8 bytes of ``values[e]`` closing entry ``e``."""
+    out = np.empty(ends[-1] if len(ends) else 0, dtype=np.uint8)
+    at = 0
+    for e in range(len(columns)):
+        c = columns[e]
+        size = lengths[c]
+        out[at : at + size - 8] = layout[starts[c] : starts[c] + size - 8]
+        out[at + size - 8 : at + size] = values[8 * e : 8 * e + 8]
+        at += size
+    return out
+
+
+_SCORES_KEY = msgpack.packb("scores")
+_MODEL_VERSION_KEY = msgpack.packb("model_version")
+
+
+@lru_cache(maxsize=1024)
+def _map_header(count: int) -> bytes:
+    return msgpack.Packer().pack_map_header(count)
+
+
+@lru_cache(maxsize=16)
+def _entry_layout(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per name, the bytes of a scores entry with its float left zero: the packed name, 0xcb, 8 bytes.
+
+    Returns the entries side by side (uint8) and each one's start and length in them.
+    """
+    entries = [msgpack.packb(name, use_bin_type=True) + b"\xcb" + bytes(8) for name in names]
+    lengths = np.array([len(e) for e in entries], dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    layout = np.frombuffer(b"".join(entries), dtype=np.uint8)
+    layout.flags.writeable = False  # shared by calls: gathers copy out of it
+    return layout, starts, lengths
 
 
 @lru_cache(maxsize=16)

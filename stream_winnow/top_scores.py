@@ -75,7 +75,7 @@ def top_columns(scores: np.ndarray, k: int, must: np.ndarray | None = None) -> t
     """Per row of ``scores`` (documents x categories), the columns to report, CSR-style.
 
     Row ``i`` reports ``columns[indptr[i]:indptr[i + 1]]``. ``must`` (bool, the shape of
-    ``scores``) marks columns every row reports whatever its rank. About 0.2 µs a row for
+    ``scores``) marks columns every row reports whatever its rank. About 0.7 µs a row for
     90 columns and ``k`` = 10.
     """
     if scores.ndim != 2:
