@@ -32,6 +32,7 @@ more (untimed) scoring pass under cProfile and prints the top functions by own t
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import pstats
@@ -840,6 +841,20 @@ def phase_mixed(
     }
 
 
+class _Pauses:
+    """The longest garbage collection of this process while installed (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.longest_s = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.longest_s = max(self.longest_s, time.perf_counter() - self._started)
+
+
 def phase_latency(
     env: Environment, client: str, model: str | None, docs: Sequence[LabelledDocument], rate: float, seconds: float,
     warmup_s: float = LATENCY_WARMUP_S,
@@ -849,7 +864,30 @@ def phase_latency(
     The first ``warmup_s`` of the load is sent alike but not counted. ``model`` None runs the bare
     pipe instead of the worker at the same load: the transport's own latency on this machine, the
     floor under the worker's.
+
+    This process's long-lived objects (the stream, the model, earlier phases' results) are frozen
+    out of the garbage collector for the run, as the worker's are: a full collection over them
+    stopped the load generator and the collector for 159-169 ms in the later runs of one
+    invocation, and one such pause took a run's p99 from about 80 to 106 ms (a ``gc`` callback in
+    ``--phases pipe,scoring,latency --repeats 3``). The longest collection left is reported.
     """
+    gc.collect()
+    gc.freeze()
+    pauses = _Pauses()
+    gc.callbacks.append(pauses)
+    try:
+        measured = _paced(env, client, model, docs, rate, seconds, warmup_s)
+    finally:
+        gc.callbacks.remove(pauses)
+        gc.unfreeze()
+    return {**measured, "harness_gc_max_ms": pauses.longest_s * 1000}
+
+
+def _paced(
+    env: Environment, client: str, model: str | None, docs: Sequence[LabelledDocument], rate: float, seconds: float,
+    warmup_s: float,
+) -> dict[str, Any]:
+    """:func:`phase_latency` itself: load, runner and collector for one run."""
     from workers.transport import make_producer
 
     name = env.name("latency" if model is not None else "pipe-latency", client)
@@ -1148,6 +1186,8 @@ def markdown(results: dict[str, Any]) -> str:
         ("bare pipe at the same load: p50 / p95 / p99 ms",
          lambda c: f"{_f(c['pipe_latency']['p50_ms'], 1)} / {_f(c['pipe_latency']['p95_ms'], 1)} / "
                    f"{_f(c['pipe_latency']['p99_ms'], 1)}" + _spread(c["pipe_latency"], 1)),
+        ("latency runs: this process's longest gc pause, ms",
+         lambda c: _f(max(r["harness_gc_max_ms"] for r in c["latency_runs"] + c["pipe_latency_runs"]), 1)),
     ]  # fmt: skip
     for label, cell in rows:
         lines.append(f"| {label} | " + " | ".join(_cell(cell, results["clients"][c]) for c in clients) + " |")
