@@ -55,6 +55,7 @@ import numpy as np
 from numba import njit
 
 from stream_winnow.errors import CodecError, ConfigError
+from stream_winnow.top_scores import top_columns
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -424,8 +425,6 @@ def _top_score_rows(
     categories: Sequence[tuple[str, ...]], scores: np.ndarray, names: tuple[str, ...], top: int
 ) -> list[bytes]:
     """As :func:`_score_rows` with the ``top`` highest scores and those of each document's categories."""
-    from stream_winnow.top_scores import top_columns
-
     n = len(categories)
     column_of = _column_of(names)
     assigned = np.zeros(scores.shape, dtype=np.bool_)

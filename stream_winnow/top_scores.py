@@ -36,7 +36,7 @@ def _top_columns(scores: np.ndarray, k: int, must: np.ndarray) -> tuple[np.ndarr
     n, m = scores.shape
     k = min(k, m)
     indptr = np.zeros(n + 1, dtype=np.int64)
-    columns = np.empty(n * m, dtype=np.int64)
+    columns = np.empty(n * k + np.count_nonzero(must), dtype=np.int64)  # k per row, then the marked
     best_value = np.empty(max(k, 1), dtype=np.float64)
     best_column = np.empty(max(k, 1), dtype=np.int64)
     chosen = np.zeros(m, dtype=np.bool_)
@@ -90,13 +90,22 @@ def top_columns(scores: np.ndarray, k: int, must: np.ndarray | None = None) -> t
 
 
 def reported_scores(
-    names: Sequence[str], scores: Sequence[float], categories: Collection[str], k: int
+    names: Sequence[str], scores: Sequence[float], categories: Collection[str], k: int | None
 ) -> dict[str, float]:
     """One document's scores map: its ``k`` highest and those of its ``categories``, as ``top_columns`` orders them.
 
+    ``k`` None, or at least the number of scores, keeps every score in the order of ``names``, as
+    ``codec.encode_decisions`` does for a batch. ``names`` may be longer than ``scores`` (categories
+    added since the scores were computed); the extra ones are not reported.
+
     >>> reported_scores(["crude", "oil", "ship"], [3.0, -0.5, 0.25], ("oil",), 1)
     {'crude': 3.0, 'oil': -0.5}
+    >>> reported_scores(["crude", "oil", "ship"], [3.0, -0.5, 0.25], ("oil",), None)
+    {'crude': 3.0, 'oil': -0.5, 'ship': 0.25}
     """
+    if k is None or k >= len(scores):
+        return dict(zip(names, scores, strict=False))
+    names = names[: len(scores)]
     values = np.asarray(scores, dtype=np.float64).reshape(1, -1)
     must = np.array([[name in categories for name in names]], dtype=np.bool_)
     _, columns = top_columns(values, k, must)

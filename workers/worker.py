@@ -663,11 +663,7 @@ class Worker:
         ts_ms: int | None,
     ) -> None:
         """Produce one decision; ``margins`` are plain floats (rounded to 6 places) in ``names``' order."""
-        top = self.config.decision_scores
-        if top is None or top >= len(margins):
-            scores = dict(zip(names, margins, strict=False))
-        else:
-            scores = reported_scores(names[: len(margins)], margins, categories, top)
+        scores = reported_scores(names, margins, categories, self.config.decision_scores)
         decision = Decision(
             id=document_id,
             categories=categories,

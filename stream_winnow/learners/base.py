@@ -28,6 +28,7 @@ from stream_winnow.stores.base import CounterUpdate, TableSpec, Update, WeightSt
 from stream_winnow.stores.memory import MemoryStore
 
 DecisionMode = Literal["any-of", "one-of"]
+DECISION_MODES: tuple[str, ...] = get_args(DecisionMode)
 
 # One-of decisions compare margins rounded to this many decimals: categories whose scores are equal
 # but for the order of summation (the compiled loop adds feature by feature, numpy's dot as its BLAS
@@ -42,7 +43,7 @@ def one_of(margins: np.ndarray) -> np.ndarray:
     [1, 1]
     """
     return np.argmax(np.round(margins, ONE_OF_DECIMALS), axis=-1)
-DECISION_MODES: tuple[str, ...] = get_args(DecisionMode)
+
 
 # Counter every learner keeps: updates made per category (key "*": labelled documents that changed the model).
 UPDATES_COUNTER = "updates"

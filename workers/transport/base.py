@@ -15,7 +15,7 @@ the broker has acknowledged every output of it (at-least-once)::
 ``flush`` waits for everything sent so far instead.
 
 Two implementations: kafka-python (pure Python, the default) and confluent-kafka
-(librdkafka, about 20x the throughput, optional). Every client error surfaces as
+(librdkafka, about 3.7x the throughput here with ``crc32c``, optional). Every client error surfaces as
 ``TransportError``; a setting a client cannot honour as ``ConfigError``.
 """
 
