@@ -66,6 +66,7 @@ from workers.config import WorkerConfig
 from workers.metrics import WorkerMetrics
 from workers.transport import Consumer, Delivery, Producer, Record
 from workers.transport.in_flight import InFlight
+from workers.transport.partitioner import partitions
 
 log = logging.getLogger("stream_winnow.worker")
 
@@ -167,6 +168,7 @@ class Worker:
         documents are not held up by either (they were: a 0.4 s latency tail). Returns the seconds.
         """
         started = time.perf_counter()
+        partitions([b"warm-up"], 1)  # kafka-python's send_many
         learner = self.learner
         if isinstance(learner.store, CachedStore):
             log.info("prefetched %d weight rows into the worker's cache", learner.store.prefetch())
@@ -421,9 +423,7 @@ class Worker:
             ids, learner.decide_many(margins, names), _finite_rounded(margins), names, version,
             self.config.model, self.config.worker_id, ts_ms, now_ms(), top=self.config.decision_scores,
         )  # fmt: skip
-        send, topic = self.producer.send, self.config.topics.decisions
-        for document_id, value in zip(ids, encoded, strict=True):
-            send(topic, value, key=document_id.encode())
+        self.producer.send_many(self.config.topics.decisions, encoded, [document_id.encode() for document_id in ids])
         self.metrics.decisions.inc(len(ids))
         self.metrics.documents.inc(len(ids))
 

@@ -21,6 +21,7 @@ from workers.transport import (
     make_producer,
     next_offsets,
 )
+from workers.transport.partitioner import partitions
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -119,6 +120,35 @@ def test_1000_messages_are_consumed_exactly_once(
         assert sum(consumer.lag().values()) == 1000  # nothing committed yet
         consumer.commit(next_offsets(records))
         assert consumer.lag() == {(topic, p): 0 for p in range(4)}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("bulk", [True, False], ids=["send_many", "send"])
+def test_a_key_goes_to_the_partition_kafkas_default_partitioner_gives_it(
+    client: str, bulk: bool, kafka_settings: SettingsFactory, topic_factory: Callable[..., str], group_id: str
+) -> None:
+    """Both clients, one message or a batch at a time, agree with Java's murmur2 partitioner."""
+    settings = kafka_settings()
+    topic = topic_factory(partitions=4)
+    keys = [f"doc-{i}".encode() for i in range(200)]
+    values = [b"decision-" + key for key in keys]
+    with make_producer(settings, client) as producer:  # type: ignore[arg-type]
+        if bulk:
+            producer.send_many(topic, values, keys)
+        else:
+            for value, key in zip(values, keys, strict=True):
+                producer.send(topic, value, key=key)
+        producer.flush(timeout_ms=20_000)
+    with make_consumer(settings, client) as consumer:  # type: ignore[arg-type]
+        consumer.subscribe([topic], group_id)
+        records = consume(consumer, len(keys))
+    assert len(records) == len(keys)
+    assert {r.key: r.partition for r in records} == dict(zip(keys, partitions(keys, 4), strict=True))
+    assert {r.partition for r in records} == {0, 1, 2, 3}
+    for partition in range(4):  # in the order sent, within each partition
+        sent = [v for v, p in zip(values, partitions(keys, 4), strict=True) if p == partition]
+        assert [r.value for r in sorted(records, key=lambda r: r.offset) if r.partition == partition] == sent
 
 
 @pytest.mark.integration

@@ -297,6 +297,10 @@ class ConfluentProducer(Producer):
             "linger.ms": s.linger_ms,
             "batch.size": s.batch_size_bytes,
             "message.timeout.ms": s.delivery_timeout_ms,
+            # Kafka's default partition of a key (Java's, and kafka-python's): a document's decisions
+            # land on the same partition whichever client produced them. librdkafka's default,
+            # consistent_random, hashes keys with CRC32 instead.
+            "partitioner": "murmur2_random",
         }
         try:
             self._producer: confluent_kafka.Producer | None = confluent_kafka.Producer(configs)
