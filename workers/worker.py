@@ -184,7 +184,9 @@ class Worker:
         parsed = parse_documents([sample], self.config.limits)
         batch = Featurizer(learner.featurizer.config).transform_hashed(parsed)
         margins = local.margins_many(batch)
-        encode_decisions(["warm-up"], local.decide_many(margins, names), _finite_rounded(margins), names, 0)
+        decided, scores = local.decide_many(margins, names), _finite_rounded(margins)
+        for top in (None, 1):  # every score, and the highest few (--decision-scores below the categories)
+            encode_decisions(["warm-up"], decided, scores, names, 0, top=top)
         if compiled.supports(local):
             stream = compiled.prepare(local, batch, [("warm-up-a",)])
             compiled.run(local, stream, record_margins=True, actions=np.zeros((1, len(names)), dtype=np.int8))
