@@ -137,29 +137,45 @@ def gather_rows(parts: Sequence[FeatureBatch], picks: Sequence[tuple[int, int]])
 
 @njit(cache=True, nogil=True)
 def _count_per_document(
-    indptr: np.ndarray, local: np.ndarray, vocabulary: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct local token indices per document and their counts, in one O(tokens) pass."""
+    indptr: np.ndarray, local: np.ndarray, slot: np.ndarray, batch_slot: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Per document its distinct local token indices and their counts, and the batch's distinct
+    indices with each entry's position among them, in one O(tokens) pass.
+
+    ``slot`` and ``batch_slot`` are scratch of at least the memo's size, in any state: an entry
+    is trusted only where it points back at its token (a sparse set), so nothing of the size of
+    the memo is filled or scanned per batch.
+    """
     n = indptr.shape[0] - 1
-    slot = np.full(vocabulary, -1, dtype=np.int64)  # token -> its position in the output, for this document
+    m = local.shape[0]
     out_indptr = np.zeros(n + 1, dtype=np.int64)
-    out_local = np.empty(local.shape[0], dtype=np.int64)
-    out_counts = np.empty(local.shape[0], dtype=np.float64)
+    out_local = np.empty(m, dtype=np.int64)
+    out_counts = np.empty(m, dtype=np.float64)
+    used = np.empty(m, dtype=np.int64)  # the batch's distinct local indices, first seen first
+    position = np.empty(m, dtype=np.int64)  # per entry: its index into used
     k = 0
+    u = 0
     for i in range(n):
         begin = k
         for j in range(indptr[i], indptr[i + 1]):
             t = local[j]
             p = slot[t]
-            if p >= begin:
+            if begin <= p < k and out_local[p] == t:
                 out_counts[p] += 1.0
-            else:
-                slot[t] = k
-                out_local[k] = t
-                out_counts[k] = 1.0
-                k += 1
+                continue
+            slot[t] = k
+            out_local[k] = t
+            out_counts[k] = 1.0
+            q = batch_slot[t]
+            if not (0 <= q < u and used[q] == t):
+                q = u
+                batch_slot[t] = u
+                used[u] = t
+                u += 1
+            position[k] = q
+            k += 1
         out_indptr[i + 1] = k
-    return out_indptr, out_local[:k], out_counts[:k]
+    return out_indptr, out_local[:k], out_counts[:k], used[:u], position[:k]
 
 
 class Featurizer:
@@ -175,14 +191,34 @@ class Featurizer:
         self.max_cached_tokens = max_cached_tokens
         self._local: dict[str, int] = {}  # token -> index into _ids
         self._ids: list[int] = []
-        self._id_array = np.zeros(0, dtype=np.int64)
         self._table = HashTable()  # token hash (fast_documents) -> index into _ids
+        # _ids as an array (its first _arrayed entries), and two scratch arrays for
+        # _count_per_document, all grown by doubling: a batch copies only the ids new since the
+        # last one. Converting the whole list each batch cost 18 ms at 1,000,000 tokens.
+        self._arrayed = 0
+        self._id_array = np.zeros(0, dtype=np.int64)
+        self._slot = np.zeros(0, dtype=np.int64)
+        self._batch_slot = np.zeros(0, dtype=np.int64)
 
     def _forget_if_full(self) -> None:
         if len(self._local) > self.max_cached_tokens:
             self._local, self._ids = {}, []
-            self._id_array = np.zeros(0, dtype=np.int64)
+            self._arrayed = 0  # the arrays keep their size; their contents are never trusted blindly
             self._table = HashTable()
+
+    def _ids_as_array(self) -> np.ndarray:
+        """``_ids`` as an int64 array (a view), copying only the ids added since the last call."""
+        n = len(self._ids)
+        if n > len(self._id_array):
+            size = max(n, 2 * len(self._id_array), 1024)
+            grown = np.empty(size, dtype=np.int64)
+            grown[: self._arrayed] = self._id_array[: self._arrayed]
+            self._id_array = grown
+            self._slot, self._batch_slot = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+        if n > self._arrayed:
+            self._id_array[self._arrayed : n] = self._ids[self._arrayed : n]
+            self._arrayed = n
+        return self._id_array[:n]
 
     def _index(self, token: str) -> int:
         index = self._local.get(token)
@@ -279,18 +315,14 @@ class Featurizer:
         """Counts, strengths and the batch's distinct ids from each token's index into ``_ids``."""
         config = self.config
         n = len(token_indptr) - 1
-        if len(self._id_array) != len(self._ids):
-            self._id_array = np.array(self._ids, dtype=np.int64)
-        indptr, distinct, counts = _count_per_document(token_indptr, local, max(len(self._ids), 1))
-        ids = self._id_array[distinct]
-        # Distinct ids of the whole batch from the dense token indices: O(entries), no sort.
-        vocabulary = len(self._ids)
-        present = np.zeros(vocabulary, dtype=bool)
-        present[distinct] = True
-        used = np.flatnonzero(present)
-        position = np.empty(vocabulary, dtype=np.int64)
-        position[used] = np.arange(len(used))
-        batch_distinct = (self._id_array[used], position[distinct])
+        id_array = self._ids_as_array()
+        # The distinct ids of each document and of the whole batch: O(entries), no sort, nothing
+        # of the memo's size (a zeroed array of it per batch cost 2.5 ms at 1,000,000 tokens).
+        indptr, distinct, counts, used, position = _count_per_document(
+            token_indptr, local, self._slot, self._batch_slot
+        )
+        ids = id_array[distinct]
+        batch_distinct = (id_array[used], position)
         if config.strength == "binary":
             strengths = np.ones(len(ids))
         elif config.strength == "sqrt":

@@ -148,6 +148,35 @@ def test_the_featurizer_memo_reset_also_resets_the_hash_table() -> None:
     assert sorted(first.ids.tolist()) == sorted(second.ids.tolist())
 
 
+words = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.lists(st.sampled_from("abcdefghij") | words, min_size=1, max_size=12), max_size=6), max_size=8),
+    st.integers(2, 40),
+)
+def test_batches_featurize_alike_across_memo_growth_and_resets(
+    batches: list[list[list[str]]], memo_size: int
+) -> None:
+    """One featurizer over many batches (its scratch reused, grown and outlived by resets) agrees with a
+    fresh one per document, and each batch's distinct ids are distinct and give back every entry."""
+    featurizer = Featurizer(max_cached_tokens=memo_size)
+    for number, documents in enumerate(batches):
+        raws = [msgpack.packb({"id": f"{number}-{i}", "tokens": tokens}) for i, tokens in enumerate(documents)]
+        batch = featurizer.transform_hashed(parse_documents(raws))
+        assert len(batch) == len(documents)
+        for i, tokens in enumerate(documents):
+            reference = Featurizer().transform_many([tokens])
+            got = batch.vector(i)
+            assert dict(zip(got.ids.tolist(), got.strengths.tolist(), strict=True)) == dict(
+                zip(reference.ids.tolist(), reference.strengths.tolist(), strict=True)
+            )
+        distinct, inverse = batch.distinct_ids()
+        assert len(set(distinct.tolist())) == len(distinct)
+        assert distinct[inverse].tolist() == batch.ids.tolist()
+
+
 @st.composite
 def events(draw: st.DrawFn) -> bytes:
     """Labelled events, mostly well-formed, some broken the ways producers break them."""
