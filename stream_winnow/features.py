@@ -207,7 +207,10 @@ class Featurizer:
             self._table = HashTable()
 
     def _ids_as_array(self) -> np.ndarray:
-        """``_ids`` as an int64 array (a view), copying only the ids added since the last call."""
+        """``_ids`` as an int64 array (a view), copying only the ids added since the last call.
+
+        The scratch of ``_count_per_document`` grows with it, so it always covers every local index.
+        """
         n = len(self._ids)
         if n > len(self._id_array):
             size = max(n, 2 * len(self._id_array), 1024)

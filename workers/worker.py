@@ -66,7 +66,6 @@ from workers.config import WorkerConfig
 from workers.metrics import WorkerMetrics
 from workers.transport import Consumer, Delivery, Producer, Record
 from workers.transport.in_flight import InFlight
-from workers.transport.partitioner import partitions
 
 log = logging.getLogger("stream_winnow.worker")
 
@@ -168,7 +167,6 @@ class Worker:
         documents are not held up by either (they were: a 0.4 s latency tail). Returns the seconds.
         """
         started = time.perf_counter()
-        partitions([b"warm-up"], 1)  # kafka-python's send_many
         learner = self.learner
         if isinstance(learner.store, CachedStore):
             log.info("prefetched %d weight rows into the worker's cache", learner.store.prefetch())

@@ -309,20 +309,29 @@ class KafkaPythonProducer(Producer):
         self._errors: list[BaseException] = []
         self._lock = threading.Lock()
         self._sends = _Sends()
+        partitions([b""], 1)  # load send_many's compiled code now, not in the first batch
 
     def _on_error(self, exc: BaseException) -> None:
         with self._lock:
             self._errors.append(exc)
 
-    def send(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+    def _client(self) -> kafka.KafkaProducer:
         if self._producer is None:
             raise TransportError("producer is closed")
+        return self._producer
+
+    def _queue(self, producer: kafka.KafkaProducer, topic: str, value: bytes, key: bytes | None,
+               partition: int | None = None) -> None:  # fmt: skip
+        """One ``KafkaProducer.send``, its failure reported to ``flush`` and its future to the next checkpoint."""
         try:
-            future = self._producer.send(topic, value=value, key=key)
+            future = producer.send(topic, value=value, key=key, partition=partition)
         except KafkaError as exc:
             raise TransportError(f"cannot send to {topic!r}: {exc!r}") from exc
         future.add_errback(self._on_error)
         self._sends.futures.append(future)
+
+    def send(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+        self._queue(self._client(), topic, value, key)
 
     def send_many(self, topic: str, values: Sequence[bytes], keys: Sequence[bytes]) -> None:
         """``send`` for each, with the partitions chosen in one compiled pass (:mod:`.partitioner`).
@@ -330,31 +339,26 @@ class KafkaPythonProducer(Producer):
         The same partitions kafka-python's default partitioner would choose, for about three
         quarters of the cost a message.
         """
-        if self._producer is None:
-            raise TransportError("producer is closed")
+        producer = self._client()
         if len(values) != len(keys):
             raise ValueError(f"{len(values)} values but {len(keys)} keys")
         if not values:
             return
-        producer, on_error, futures = self._producer, self._on_error, self._sends.futures
         try:
             ids = sorted(producer.partitions_for(topic))
-            for value, key, index in zip(values, keys, partitions(keys, len(ids)), strict=True):
-                future = producer.send(topic, value=value, key=key, partition=ids[index])
-                future.add_errback(on_error)
-                futures.append(future)
         except KafkaError as exc:
             raise TransportError(f"cannot send to {topic!r}: {exc!r}") from exc
+        for value, key, index in zip(values, keys, partitions(keys, len(ids)), strict=True):
+            self._queue(producer, topic, value, key, ids[index])
 
     def checkpoint(self) -> Delivery:
         sends, self._sends = self._sends, _Sends()
         return sends
 
     def flush(self, timeout_ms: int = 30_000) -> None:
-        if self._producer is None:
-            raise TransportError("producer is closed")
+        producer = self._client()
         try:
-            self._producer.flush(timeout=timeout_ms / 1000)
+            producer.flush(timeout=timeout_ms / 1000)
         except KafkaError as exc:
             raise TransportError(f"messages not acknowledged within {timeout_ms} ms: {exc!r}") from exc
         with self._lock:
