@@ -594,6 +594,30 @@ def test_memory_store_never_writes_rows() -> None:
     assert memory.apply_rows(snapshot, snapshot.values, _events("e1")) is None
 
 
+_COUNTER_UPDATES = st.builds(
+    CounterUpdate,
+    st.sampled_from(["updates", "mistakes"]),
+    st.dictionaries(st.sampled_from(["*", "a", "b", "ünï"]), st.floats(-4, 4, allow_nan=False), max_size=3),
+)
+_LEARNED_EVENTS = st.builds(
+    LearnedEvent, st.text(min_size=1, max_size=8), st.lists(_COUNTER_UPDATES, max_size=3).map(tuple), st.booleans()
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(_LEARNED_EVENTS, max_size=6))
+def test_a_batch_of_learned_events_makes_the_meta_call_each_event_would(
+    make_single_store: StoreFactory, events: list[LearnedEvent]
+) -> None:
+    """apply_rows builds the meta script's call in one pass: the same keys and plan as event by event."""
+    from stream_winnow.stores.redis import _counter_amounts, _metas_call
+
+    store = make_single_store()
+    ttl = 3600
+    each = [store._meta_call(e.event_id, ttl, _counter_amounts(e.counters), not e.changed_rows) for e in events]
+    assert store._events_call(events, ttl) == _metas_call(store._version_key, each)
+
+
 def test_event_by_event_apply_skips_shards_the_row_write_marked(make_store: StoreFactory) -> None:
     """A crash after apply_rows wrote the shards but before the model-level marker: the fallback path,
     which marks events with keys, must still see the shards' marker sets and not apply e1 again."""
