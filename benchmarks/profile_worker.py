@@ -27,6 +27,7 @@ from stream_winnow.document_cache import DocumentCache
 from stream_winnow.learners import build_learner, describe
 from stream_winnow.models import connect, open_learner
 from stream_winnow.snapshot import copy_model
+from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.redis import RedisStore
 from stream_winnow.training import fit
 from workers.config import WorkerConfig
@@ -65,8 +66,11 @@ def main() -> None:
         copy_model(learner.store, RedisStore(client, "profile", learner.table_specs(), 16), replace=True)
         config = WorkerConfig(KafkaSettings(broker.bootstrap_servers), server.url, model="profile",
                               kafka_client=args.client)  # fmt: skip
+        learner = open_learner(client, "profile")
+        learner.store = CachedStore(learner.store, config.max_staleness_ms, config.weight_cache_mib * 2**20)  # as run
+        learner.store.prefetch()
         worker = Worker(config, _NoCommit(), make_producer(config.kafka, args.client),  # type: ignore[arg-type]
-                        open_learner(client, "profile"), DocumentCache(client, "profile"))  # fmt: skip
+                        learner, DocumentCache(client, "profile"))  # fmt: skip
         docs = (split.train + split.test) * 2
         categories = list(split.categories)
         batches = []

@@ -88,7 +88,10 @@ class RowSnapshot:
 
     feature_ids: np.ndarray
     values: dict[str, np.ndarray]
-    token: Any = None  # the store's own record of what it read (raw rows in Redis), opaque to callers
+    token: Any = None  # the store's own record of what it read, opaque to callers
+    # Per part (``part_of``) of the rows, its write counter as they were read; None: the store cannot tell.
+    writes: Mapping[int, int] | None = None
+    stored: np.ndarray | None = None  # per row, whether it was stored (False: it read as the initial values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,25 @@ class WeightStore(ABC):
     def read_for_update(self, feature_ids: np.ndarray) -> RowSnapshot:
         """``read`` (never from a cache), remembering what ``apply_rows`` must check; ids unique."""
         return RowSnapshot(feature_ids, self.read(feature_ids))
+
+    def snapshot_from(
+        self, feature_ids: np.ndarray, values: Mapping[str, np.ndarray], stored: np.ndarray, writes: Mapping[int, int]
+    ) -> RowSnapshot:
+        """A snapshot ``apply_rows`` takes, of rows a cache holds: ``values`` as the store held them when each
+        part's write counter was ``writes[part]``, ``stored`` per row. This default cannot check (None later)."""
+        return RowSnapshot(feature_ids, dict(values))
+
+    def part_of(self, feature_ids: np.ndarray) -> np.ndarray:
+        """The part (shard) holding each feature's row; the rows of a part share one write counter."""
+        return np.zeros(len(feature_ids), dtype=np.int64)
+
+    def part_writes(self) -> tuple[int, Hashable, np.ndarray] | None:
+        """(version, epoch, each part's write counter), read in one round trip; None: this store cannot tell.
+
+        Every write of a row bumps its part's counter, so a row read when its part's counter was ``c``
+        is unchanged while the counter is still ``c`` (within one epoch: bulk rewrites set a new one).
+        """
+        return None
 
     def apply_rows(
         self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray], events: Sequence[LearnedEvent]

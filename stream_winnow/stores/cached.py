@@ -2,15 +2,23 @@
 
 Scoring a batch of 500 Reuters documents reads about 10,000 rows of 724 bytes from Redis
 (7 MB); building, sending and parsing that reply was half of a worker's scoring time. The
-cache keeps rows in memory and asks Redis, once per batch, for the model's *row state*
-(version and epoch, one ``MGET``): while it holds, no row has changed and cached rows are
-exact, so only rows never seen are fetched. That is the default (``max_staleness_ms = 0``):
-results equal reading Redis for every batch. When the state moves (learning), every row is
-fetched again, unless ``max_staleness_ms`` allows rows fetched that recently: in the spirit
-of the parameter server's bounded delay, a worker then scores with rows at most that old.
-Updates pass straight through and drop the updated features from the cache, so a worker
-always sees its own updates. A store that cannot tell its row state (``row_state`` None)
-is read directly at staleness 0.
+cache keeps rows in memory. The default (``max_staleness_ms = 0``) is exact: results equal
+reading Redis for every batch. Each cached row remembers its shard's *write counter* as it
+was read (every row write bumps its shard's counter), and once per batch the cache reads all
+counters (one ``MGET`` of 18 small values): rows whose shard was not written since are exact
+and served from memory; only the others and rows never seen are fetched. A worker's own
+learned batch (``apply_rows``) keeps the cache warm: its compare-and-set proves it was the
+only write to each shard it wrote, so the learned rows go into the cache and the shard's
+other cached rows stay exact. Learning reads (``read_for_update``) come from the cache too,
+with the cached counters as the compare-and-set tokens; on the Reuters learning benchmark a
+batch of 2,000 events then reads only its new rows instead of about 15,000 (11 MB).
+
+With ``max_staleness_ms`` > 0 the cache works on the model's *row state* (version and
+epoch) instead: while it holds, cached rows are exact; when it moves, rows fetched within
+the bound are still served. In the spirit of the parameter server's bounded delay, a worker
+then scores with rows at most that old. Updates pass straight through and drop the updated
+features from that cache, so a worker always sees its own updates. A store that can tell
+neither (``part_writes`` and ``row_state`` None) is read directly at staleness 0.
 """
 
 from __future__ import annotations
@@ -41,6 +49,13 @@ class CachedStore(WeightStore):
         # view -> its rows for every cached row, by row index (read_view)
         self._views: dict[RowView, np.ndarray] = {}
         self._state: Hashable | None = None  # the row state the cached rows were read at (exact mode)
+        # Exact mode on write counters (part_writes): per cache row (rows_of), its part and that part's
+        # write counter when the row was read (-1: unknown), and whether the store held it.
+        self._epoch: Hashable | None = None
+        self._row_parts = np.zeros(0, dtype=np.int64)
+        self._row_writes = np.zeros(0, dtype=np.int64)
+        self._row_stored = np.zeros(0, dtype=bool)
+        self._grow_row_records()
         self.last_staleness_s = 0.0
         self.last_version: int | None = None  # the model version the last read saw (None: not known)
 
@@ -56,6 +71,10 @@ class CachedStore(WeightStore):
         self._fetched.clear()
         self._views.clear()
         self._state = None
+        self._row_parts = np.zeros(0, dtype=np.int64)
+        self._row_writes = np.zeros(0, dtype=np.int64)
+        self._row_stored = np.zeros(0, dtype=bool)
+        self._grow_row_records()
 
     def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
         if not self._refresh(feature_ids):
@@ -82,6 +101,11 @@ class CachedStore(WeightStore):
         ``distinct``: the ids are known to be distinct (np.unique of 10,000 ids costs 0.7 ms).
         """
         bounded = self.max_staleness_ms > 0
+        if not bounded:
+            counted = self.inner.part_writes()
+            if counted is not None:
+                self._refresh_counted(feature_ids if distinct else np.unique(feature_ids), *counted)
+                return True
         state = self.inner.row_state()
         self.last_version = None if state is None else state[0]
         if state is None and not bounded:
@@ -117,9 +141,42 @@ class CachedStore(WeightStore):
                 self._fetched.update(dict.fromkeys(stale.tolist(), (now, state)))
         return True
 
+    def _refresh_counted(self, unique: np.ndarray, version: int, epoch: Hashable, writes: np.ndarray) -> None:
+        """Exact mode on write counters: fetch the rows of ``unique`` not cached or whose part was written since."""
+        self.last_version, self.last_staleness_s = version, 0.0
+        categories = self.inner.known_categories()  # part_writes read them if there were more
+        if categories != self._rows.categories() or epoch != self._epoch:
+            self._start_afresh(categories)  # a new category widens every row; a new epoch rewrote rows
+            self._epoch = epoch
+        rows = self._rows.rows_of(unique)
+        current = writes[self.inner.part_of(unique)]
+        stale = unique[(rows == 0) | (self._row_writes[rows] != current)]
+        if not len(stale):
+            return
+        if self._rows.n_features() + len(stale) > self.max_rows():
+            self._start_afresh(categories)
+            stale = unique
+        snapshot = self.inner.read_for_update(stale)
+        if self._width(snapshot.values) != len(self._rows.categories()):
+            # Categories were added since the counters were read: start afresh at the new width.
+            self._start_afresh(self.inner.known_categories())
+            stale = unique
+            snapshot = self.inner.read_for_update(stale)
+        self._load_counted(stale, snapshot.values, snapshot)
+
+    def _load_counted(self, feature_ids: np.ndarray, values: Mapping[str, np.ndarray], snapshot: RowSnapshot) -> None:
+        """Rows into the cache with their parts' write counters as ``snapshot`` read them (and stored flags)."""
+        self._load(feature_ids, values)
+        rows = self._rows.rows_of(feature_ids)
+        parts = self.inner.part_of(feature_ids)
+        self._row_parts[rows] = parts
+        self._row_writes[rows] = _per_row(snapshot.writes or {}, parts)
+        self._row_stored[rows] = snapshot.stored if snapshot.stored is not None else True
+
     def _load(self, feature_ids: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
         """Rows into the cache, and into every view kept (a view outgrown by the rows is derived anew)."""
         self._rows.load_rows(feature_ids, values)
+        self._grow_row_records()
         if not self._views:
             return
         rows = self._rows.rows_of(feature_ids)
@@ -128,6 +185,14 @@ class CachedStore(WeightStore):
                 del self._views[view]
             else:
                 views[rows] = view(values)
+
+    def _grow_row_records(self) -> None:
+        """Part, counter and stored flag for every cache row (the cache's rows double as they fill)."""
+        grow = self._rows.capacity() - len(self._row_writes)
+        if grow > 0:
+            self._row_parts = np.concatenate([self._row_parts, np.zeros(grow, dtype=np.int64)])
+            self._row_writes = np.concatenate([self._row_writes, np.full(grow, -1, dtype=np.int64)])
+            self._row_stored = np.concatenate([self._row_stored, np.zeros(grow, dtype=bool)])
 
     def _start_afresh(self, categories: Sequence[str]) -> None:
         self._reset()
@@ -147,20 +212,34 @@ class CachedStore(WeightStore):
         thousands of rows (Reuters' model has 26,413). The rows are exact
         while the row state read first holds; after a change they are refreshed like any others.
         """
+        counted = self.inner.part_writes() if self.max_staleness_ms == 0 else None
         state = self.inner.row_state()
-        if state is None:
+        if state is None and counted is None:
             return 0
         categories = self.inner.categories()
         self._start_afresh(categories)
         budget, loaded, now = self.max_rows(), 0, time.monotonic()
+        chunks = []
         for ids, values in self.inner.iter_rows():
             if loaded + len(ids) > budget or self._width(values) != len(categories):
                 break  # full, or a category was added meanwhile: the rest is read when asked for
             self._load(ids, values)
+            chunks.append(ids)
             if self.max_staleness_ms > 0:
                 self._fetched.update(dict.fromkeys(ids.tolist(), (now, state)))
             loaded += len(ids)
         self._state = state
+        after = self.inner.part_writes() if counted is not None else None
+        if counted is not None and after is not None and chunks:
+            # Rows of a part not written while the scan ran are exact at its counter; the others unknown.
+            self._epoch = counted[1]
+            ids = np.concatenate(chunks)
+            rows, parts = self._rows.rows_of(ids), self.inner.part_of(ids)
+            before = counted[2]
+            same = (before == after[2]) & (after[1] == counted[1])
+            self._row_parts[rows] = parts
+            self._row_writes[rows] = np.where(same[parts], before[parts], -1)
+            self._row_stored[rows] = True
         return loaded
 
     def _stale(self, unique: np.ndarray, state: Hashable | None, now: float) -> np.ndarray:
@@ -189,14 +268,60 @@ class CachedStore(WeightStore):
         return self.inner.apply_many(batch)
 
     def read_for_update(self, feature_ids: np.ndarray) -> RowSnapshot:
-        return self.inner.read_for_update(feature_ids)
+        """Exact mode: the rows from the cache (brought up to date first) with their write counters as tokens.
+
+        A part whose rows were read at different counters (a write came between two reads) gets the
+        oldest: ``apply_rows`` then refuses to write it, as it would refuse a snapshot read before that write.
+        """
+        counted = self.inner.part_writes() if self.max_staleness_ms == 0 else None
+        if counted is None or not len(feature_ids):
+            return self.inner.read_for_update(feature_ids)
+        self._refresh_counted(feature_ids, *counted)
+        rows = self._rows.rows_of(feature_ids)
+        parts, writes = self._row_parts[rows], self._row_writes[rows]
+        oldest = {p: int(writes[parts == p].min()) for p in np.unique(parts).tolist()}
+        return self.inner.snapshot_from(feature_ids, self._rows.read(feature_ids), self._row_stored[rows], oldest)
 
     def apply_rows(
         self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray], events: Sequence[LearnedEvent]
     ) -> list[bool] | None:
         for fid in snapshot.feature_ids.tolist():
             self._fetched.pop(fid, None)
-        return self.inner.apply_rows(snapshot, learned, events)
+        applied = self.inner.apply_rows(snapshot, learned, events)
+        if applied is not None and self.max_staleness_ms == 0 and snapshot.writes is not None:
+            self._written(snapshot, learned)
+        return applied
+
+    def _written(self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray]) -> None:
+        """After ``apply_rows`` wrote ``snapshot``'s rows: the learned rows into the cache, counters advanced.
+
+        Each part with a changed row had its counter at ``snapshot.writes[part]`` and was bumped by one
+        by this very write (the compare-and-set), so its cached rows exact at that counter are exact at
+        the next; rows of parts not written keep their counters.
+        """
+        ids, writes = snapshot.feature_ids, snapshot.writes
+        if writes is None or not len(ids) or self._width(learned) != len(self._rows.categories()):
+            return  # the counters tell the rows apart next time: nothing cached is trusted wrongly
+        if self._rows.n_features() + int((self._rows.rows_of(ids) == 0).sum()) > self.max_rows():
+            return
+        stored: dict[str, np.ndarray] = {}
+        changed = np.zeros(len(ids), dtype=bool)
+        for name, values in learned.items():
+            stored[name] = values.astype(np.float32).astype(np.float64)  # as the store keeps them
+            changed |= (stored[name] != snapshot.values[name]).any(axis=1)
+        parts = self.inner.part_of(ids)
+        before = _per_row(writes, parts)
+        written = np.zeros(int(parts.max()) + 1, dtype=bool)
+        written[parts[changed]] = True
+        for part in np.flatnonzero(written).tolist():
+            advance = (self._row_parts == part) & (self._row_writes == writes[part])
+            self._row_writes[advance] += 1
+        self._load(ids, stored)
+        rows = self._rows.rows_of(ids)
+        self._row_parts[rows] = parts
+        self._row_writes[rows] = np.where(written[parts], before + 1, before)
+        was_stored = snapshot.stored if snapshot.stored is not None else np.zeros(len(ids), dtype=bool)
+        self._row_stored[rows] = was_stored | changed
 
     def _forget(self, updates: Sequence[Update]) -> None:
         for update in updates:
@@ -244,3 +369,12 @@ class CachedStore(WeightStore):
     def set_metadata(self, values: Mapping[str, str]) -> None:
         self.inner.set_metadata(values)
 
+
+def _per_row(writes: Mapping[int, int], parts: np.ndarray) -> np.ndarray:
+    """Each row's part's counter in ``writes`` (-1 for a part it does not name)."""
+    if not len(parts):
+        return np.zeros(0, dtype=np.int64)
+    lookup = np.full(max(int(parts.max()), max(writes, default=0)) + 1, -1, dtype=np.int64)
+    for part, count in writes.items():
+        lookup[part] = count
+    return lookup[parts]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pytest
 
-from stream_winnow.stores.base import RowUpdate, TableSpec
+from stream_winnow.stores.base import CounterUpdate, LearnedEvent, RowSnapshot, RowUpdate, TableSpec
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.redis import RedisStore
 
@@ -79,17 +79,22 @@ def test_own_updates_are_visible_at_once(redis_url: str) -> None:
 
 
 class _CountingReads:
-    """Counts the rows a store is asked for (wraps ``read``)."""
+    """Counts the rows a store is asked for (wraps ``read`` and ``read_for_update``)."""
 
     def __init__(self, store: RedisStore) -> None:
         self.rows = 0
-        original = store.read
+        read, read_for_update = store.read, store.read_for_update
 
-        def read(ids: np.ndarray) -> dict[str, np.ndarray]:
+        def counted_read(ids: np.ndarray) -> dict[str, np.ndarray]:
             self.rows += len(ids)
-            return original(ids)
+            return read(ids)
 
-        store.read = read  # type: ignore[method-assign]
+        def counted_read_for_update(ids: np.ndarray) -> RowSnapshot:
+            self.rows += len(ids)
+            return read_for_update(ids)
+
+        store.read = counted_read  # type: ignore[method-assign]
+        store.read_for_update = counted_read_for_update  # type: ignore[method-assign]
 
 
 def test_staleness_zero_serves_unchanged_rows_from_memory_and_rereads_after_any_change(redis_url: str) -> None:
@@ -129,10 +134,131 @@ def test_a_category_added_between_the_state_and_the_rows_is_read_at_the_new_widt
         return state
 
     mine.row_state = racing_state  # type: ignore[method-assign]
+    racing_writes = _racing(mine, lambda: theirs.ensure_categories(["grain"]))
     got = cached.read(IDS)
     mine.row_state = original  # type: ignore[method-assign]
+    mine.part_writes = racing_writes  # type: ignore[method-assign]
     assert got["positive"].shape == (len(IDS), 3)
     np.testing.assert_array_equal(got["positive"], mine.read(IDS)["positive"])
+
+
+def _racing(store: RedisStore, meanwhile: Callable[[], object]) -> Callable[[], tuple[int, object, np.ndarray]]:
+    """Make ``store.part_writes`` run ``meanwhile`` right after reading the counters; returns the original."""
+    original = store.part_writes
+
+    def racing() -> tuple[int, object, np.ndarray]:
+        counters = original()
+        meanwhile()
+        return counters
+
+    store.part_writes = racing  # type: ignore[method-assign]
+    return original
+
+
+def _learned(values: Mapping[str, np.ndarray], factor: float) -> dict[str, np.ndarray]:
+    """A learner's rows after promoting category 0 on the first 10 features."""
+    learned = {name: v.copy() for name, v in values.items()}
+    learned["positive"][:10, 0] *= factor
+    return learned
+
+
+def _events(event_id: str) -> list[LearnedEvent]:
+    return [LearnedEvent(event_id, (CounterUpdate("updates", {"*": 1.0, "earn": 1.0}),), True)]
+
+
+def _write_row_behind_the_version(store: RedisStore, feature_id: int, value: float) -> None:
+    """Another worker's row write whose model-level step (the version) has not run yet."""
+    s = feature_id % store.shards
+    row = np.array([[value, 1.0, 2.0, 1.0]], dtype="<f4")  # [earn: positive, negative | acq: ...]
+    store.client.set(store._row_key(s, feature_id), row.tobytes())
+    store.client.incr(store._write_keys[s])
+
+
+@pytest.fixture(params=["single", "cluster"])
+def any_redis_url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue("redis_url" if request.param == "single" else "redis_cluster_url"))
+
+
+def test_a_workers_own_learned_batch_keeps_its_cache_warm_and_exact(any_redis_url: str) -> None:
+    mine, _ = pair(any_redis_url)
+    counted = _CountingReads(mine)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    elsewhere = IDS + 1_000  # cached rows of the same shards that the batches do not touch
+    cached.read(elsewhere)
+    for round_, factor in enumerate((1.5, 0.5, 3.0)):
+        snapshot = cached.read_for_update(IDS)
+        assert cached.apply_rows(snapshot, _learned(snapshot.values, factor), _events(f"e{round_}")) == [True]
+    cached.read(elsewhere)
+    assert counted.rows == 2 * len(IDS)  # each read once; every later batch came from the cache
+    want = RedisStore.from_url(any_redis_url, mine.model, TABLES, mine.shards).read(IDS)
+    got = cached.read(IDS)
+    for table in want:
+        np.testing.assert_array_equal(got[table], want[table])
+    np.testing.assert_allclose(want["positive"][:10, 0], 2.0 * 1.5 * 0.5 * 3.0, rtol=1e-6)
+    assert counted.rows == 2 * len(IDS)
+
+
+def test_a_write_to_one_shard_rereads_only_that_shards_rows(redis_url: str) -> None:
+    mine, theirs = pair(redis_url)
+    counted = _CountingReads(mine)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    cached.read(IDS)
+    theirs.apply([RowUpdate("positive", IDS[:1], np.array([1]), np.array([2.0]))], event_id="one-row")
+    got = cached.read(IDS)
+    assert counted.rows == len(IDS) + int((IDS % mine.shards == IDS[0] % mine.shards).sum())
+    np.testing.assert_array_equal(got["positive"], theirs.read(IDS)["positive"])
+
+
+def test_a_row_written_before_the_version_moved_is_never_served_stale(any_redis_url: str) -> None:
+    """The row-state cache would miss this write (the version has not moved yet); the counters do not."""
+    mine, theirs = pair(any_redis_url)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    cached.read(IDS)
+    version = theirs.version
+    _write_row_behind_the_version(theirs, int(IDS[3]), 7.0)
+    assert theirs.version == version
+    assert cached.read(IDS)["positive"][3, 0] == 7.0
+    snapshot = cached.read_for_update(IDS)
+    assert snapshot.values["positive"][3, 0] == 7.0
+    assert cached.apply_rows(snapshot, _learned(snapshot.values, 2.0), _events("e1")) == [True]
+    assert theirs.read(IDS)["positive"][3, 0] == 14.0  # their write learned on, not lost
+
+
+def test_a_cached_snapshot_is_refused_after_another_write_to_its_shards(redis_url: str) -> None:
+    mine, theirs = pair(redis_url)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    snapshot = cached.read_for_update(IDS)
+    theirs.apply([RowUpdate("positive", IDS[:1], np.array([0]), np.array([5.0]))], event_id="theirs")
+    assert cached.apply_rows(snapshot, _learned(snapshot.values, 2.0), _events("e1")) is None
+    assert theirs.read(IDS)["positive"][0, 0] == 10.0
+    np.testing.assert_array_equal(cached.read(IDS)["positive"], theirs.read(IDS)["positive"])
+
+
+def test_rows_read_at_two_counters_of_one_shard_are_refused(redis_url: str) -> None:
+    """A write between the counters and the rows: cached rows are older than the fetched ones, and the
+    shard's token is the older counter, so the write is refused instead of overwriting theirs."""
+    mine, theirs = pair(redis_url)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    cached.read(IDS[:10])
+    original = _racing(mine, lambda: _write_row_behind_the_version(theirs, int(IDS[0]), 9.0))
+    snapshot = cached.read_for_update(IDS)
+    mine.part_writes = original  # type: ignore[method-assign]
+    assert cached.apply_rows(snapshot, _learned(snapshot.values, 2.0), _events("e1")) is None
+    assert theirs.read(IDS)["positive"][0, 0] == 9.0
+    np.testing.assert_array_equal(cached.read(IDS)["positive"], theirs.read(IDS)["positive"])
+
+
+def test_prefetched_rows_are_exact_at_the_counters_read_before_the_scan(redis_url: str) -> None:
+    mine, theirs = pair(redis_url)
+    promote(theirs, 1.5)
+    counted = _CountingReads(mine)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    assert cached.prefetch() == 10
+    counted.rows = 0
+    cached.read(IDS[:10])
+    assert counted.rows == 0
+    promote(theirs, 2.0)
+    np.testing.assert_allclose(cached.read(IDS[:10])["positive"][:, 0], 2.0 * 1.5 * 2.0, rtol=1e-6)
 
 
 def difference(values: Mapping[str, np.ndarray]) -> np.ndarray:
