@@ -1040,6 +1040,7 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
         "cpus": os.cpu_count(),
         "load_average_start": os.getloadavg()[0],
         "batch_max_docs": settings.batch_max_docs,
+        "batch_max_labels": settings.batch_max_labels,
         "repeats": config.repeats,
         "load_linger_ms": config.load_linger_ms,
         "worker_args": list(config.worker_args),
@@ -1155,7 +1156,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"`{results['command']}`",
         "",
-        f"{results['corpus']}; batch_max_docs {results['batch_max_docs']}; worker args: "
+        f"{results['corpus']}; batch_max_docs {results['batch_max_docs']} (labels only: "
+        f"{results.get('batch_max_labels', '-')}); worker args: "
         f"{' '.join(results['worker_args']) or '(none)'}; median of {results['repeats']} run(s) of pipe, scoring "
         f"and latency; the latency load's producer lingers {results['load_linger_ms']} ms; {results['cpus']} CPUs, "
         "load average "

@@ -125,6 +125,8 @@ def setup_logging(fmt: str, level: str) -> None:
         help="Feature shards of a new model (hash tags for a Redis Cluster).")
 @option("--batch-max-docs", type=click.IntRange(min=1), default=2000, show_default=True,
         help="Records per batch at most: one Redis read for scoring, one script per shard for learning.")
+@option("--batch-max-labels", type=click.IntRange(min=1), default=4000, show_default=True,
+        help="Records per batch at most when a batch holds only labelled events (a backlog of them).")
 @option("--fetch-max-wait-ms", type=click.IntRange(min=0), default=10, show_default=True,
         help="How long the broker may hold a fetch for data; latency floor on brokers without long polling.")
 @option("--linger-ms", type=click.IntRange(min=0), default=20, show_default=True,
@@ -181,6 +183,7 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
         topics=Topics(flags["documents_topic"], flags["labels_topic"], flags["decisions_topic"],
                       flags["dead_letters_topic"]),  # fmt: skip
         batch_max_docs=flags["batch_max_docs"],
+        batch_max_labels=flags["batch_max_labels"],
         poll_timeout_ms=flags["poll_timeout_ms"],
         max_batches_in_flight=flags["max_batches_in_flight"],
         decision_scores=flags["decision_scores"],

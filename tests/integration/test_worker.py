@@ -198,6 +198,48 @@ def test_labelled_events_sent_twice_change_the_weights_once(
         np.testing.assert_array_equal(weights_once[table], weights_twice[table])
 
 
+def test_a_backlog_of_labels_is_learned_in_batches_up_to_batch_max_labels(
+    service: Service, reuters_docs: list[LabelledDocument]
+) -> None:
+    """Labelled events waiting when the worker starts: batches grow past batch_max_docs (100), to 250 at most."""
+    import urllib.request
+
+    from workers.embedded import free_port
+
+    events = [
+        (msgpack.packb({"event_id": f"label:{d.id}", "id": d.id, "labels": list(d.labels), "tokens": list(d.tokens)}),
+         d.id.encode())
+        for d in reuters_docs
+    ]  # fmt: skip
+    service.produce("labels", events)
+    port = free_port()
+    service.start_worker(STREAM_WINNOW_HTTP_PORT=str(port), STREAM_WINNOW_BATCH_MAX_LABELS="250")
+
+    def metrics() -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+                return str(reply.read().decode())
+        except OSError:
+            return ""
+
+    def value(text: str, name: str) -> float:
+        lines = [line for line in text.splitlines() if line.startswith(name + " ")]
+        return float(lines[0].split()[-1]) if lines else 0.0
+
+    deadline = time.monotonic() + 90
+    text = metrics()
+    while time.monotonic() < deadline and value(text, "stream_winnow_labelled_events_total") < len(events):
+        time.sleep(0.5)
+        text = metrics()
+    assert value(text, "stream_winnow_labelled_events_total") == len(events), service.logs()[-2000:]
+    batches = value(text, "stream_winnow_batch_size_count")
+    up_to_100 = value(text, 'stream_winnow_batch_size_bucket{le="100.0"}')
+    up_to_250 = value(text, 'stream_winnow_batch_size_bucket{le="250.0"}')
+    assert up_to_250 == batches  # never more than batch_max_labels
+    assert up_to_100 < batches  # some batch took more than batch_max_docs
+    assert batches < len(events) / 100  # fewer batches than batch_max_docs alone would make
+
+
 BAD_INPUTS = {
     "not-msgpack": b"\xc1\x00not msgpack",
     "not-a-map": msgpack.packb(["id", "tokens"]),
