@@ -304,11 +304,11 @@ class CachedStore(WeightStore):
             return  # the counters tell the rows apart next time: nothing cached is trusted wrongly
         if self._rows.n_features() + int((self._rows.rows_of(ids) == 0).sum()) > self.max_rows():
             return
-        stored: dict[str, np.ndarray] = {}
+        rounded: dict[str, np.ndarray] = {}
         changed = np.zeros(len(ids), dtype=bool)
         for name, values in learned.items():
-            stored[name] = values.astype(np.float32).astype(np.float64)  # as the store keeps them
-            changed |= (stored[name] != snapshot.values[name]).any(axis=1)
+            rounded[name] = values.astype(np.float32).astype(np.float64)  # as the store keeps them
+            changed |= (rounded[name] != snapshot.values[name]).any(axis=1)
         parts = self.inner.part_of(ids)
         before = _per_row(writes, parts)
         written = np.zeros(int(parts.max()) + 1, dtype=bool)
@@ -316,7 +316,7 @@ class CachedStore(WeightStore):
         for part in np.flatnonzero(written).tolist():
             advance = (self._row_parts == part) & (self._row_writes == writes[part])
             self._row_writes[advance] += 1
-        self._load(ids, stored)
+        self._load(ids, rounded)
         rows = self._rows.rows_of(ids)
         self._row_parts[rows] = parts
         self._row_writes[rows] = np.where(written[parts], before + 1, before)

@@ -712,7 +712,7 @@ class RedisStore(WeightStore):
         """``_metas_call`` of each event's ``_meta_call``, built in one pass over the batch.
 
         For a batch of 2,000 learned events the two steps cost 18 ms under cProfile; this one
-        builds the same keys and plan without an intermediate call per event.
+        builds the same keys and plan without an intermediate key list per event.
         """
         keys: list[Any] = [self._version_key]
         at_of: dict[str, int] = {}  # counter name -> its 1-based index in keys
@@ -723,18 +723,12 @@ class RedisStore(WeightStore):
             keys.append(marker + event.event_id.encode())
             marker_at = len(keys)
             entries: list[list[Any]] = []
-            for update in event.counters:
-                at = at_of.get(update.name)
+            for name, amounts in _counter_amounts(event.counters).items():
+                at = at_of.get(name)
                 if at is None:
-                    keys.append(counter_prefix + update.name)
-                    at = at_of[update.name] = len(keys)
-                amounts = [text for key, amount in update.amounts.items() for text in (key, repr(float(amount)))]
-                for entry in entries:
-                    if entry[0] == at:  # the same counter twice in one event: one entry, as _metas_call builds
-                        entry[1] += amounts
-                        break
-                else:
-                    entries.append([at, amounts])
+                    keys.append(counter_prefix + name)
+                    at = at_of[name] = len(keys)
+                entries.append([at, amounts])
             plan.append([marker_at, ttl, "0" if event.changed_rows else "1", entries])
         return keys, [msgpack.packb(plan)]
 
