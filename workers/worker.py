@@ -170,6 +170,8 @@ class Worker:
         learner = self.learner
         if isinstance(learner.store, CachedStore):
             log.info("prefetched %d weight rows into the worker's cache", learner.store.prefetch())
+            if isinstance(learner, MistakeDriven):
+                learner.store.keep_view(learner.scoring_rows)
         if not isinstance(learner, MistakeDriven) or not learner.featurizer.reads_hashes:
             return time.perf_counter() - started
         names = ("warm-up-a", "warm-up-b")

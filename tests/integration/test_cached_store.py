@@ -287,6 +287,37 @@ def test_a_kept_view_follows_every_change_of_the_rows(redis_url: str) -> None:
     assert cached.read_view(IDS, difference).shape == (len(IDS), 3)
 
 
+class _CountingView:
+    """``difference``, counting the rows it derives per call (a whole-cache derivation shows as one big call)."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def __call__(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
+        self.calls.append(len(values["positive"]))
+        return difference(values)
+
+
+def test_a_kept_view_grows_with_the_rows_without_being_derived_again(redis_url: str) -> None:
+    mine, theirs = pair(redis_url)
+    promote(theirs, 1.5)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    cached.prefetch()
+    view = _CountingView()
+    cached.keep_view(view)  # as the worker does after prefetch: derived once, over every cached row
+    assert len(view.calls) == 1
+    view.calls.clear()
+    unseen = np.arange(900_000, 920_000, dtype=np.int64)
+    capacity = cached._rows.capacity()
+    for chunk in np.array_split(unseen, 5):
+        ids = np.concatenate([IDS, chunk])
+        np.testing.assert_array_equal(cached.read_view(ids, view), difference(mine.read(ids)))
+    assert cached._rows.capacity() >= 4 * capacity  # the cache's rows doubled at least twice
+    assert max(view.calls) <= len(IDS) + len(unseen) // 5  # only the rows loaded each time were derived
+    promote(cached, 2.0)  # this worker's own update goes into the grown view
+    np.testing.assert_array_equal(cached.read_view(IDS, view), difference(mine.read(IDS)))
+
+
 def test_margins_from_the_kept_view_equal_margins_from_the_rows(redis_url: str) -> None:
     from stream_winnow.learners import build_learner
     from stream_winnow.learners.base import Learner

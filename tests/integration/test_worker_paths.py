@@ -18,6 +18,7 @@ import pytest
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.features import Featurizer
 from stream_winnow.models import connect, open_learner
+from stream_winnow.stores.cached import CachedStore
 from stream_winnow.synthetic import synthetic_stream
 from workers.config import Topics, WorkerConfig
 from workers.transport import KafkaSettings, Record, make_consumer, make_producer
@@ -101,3 +102,36 @@ def test_compiled_and_text_paths_learn_the_same(
             if seen[topics.decisions] >= 120 and seen[topics.dead_letters] >= 2:
                 break
     assert seen == {topics.decisions: 120, topics.dead_letters: 2}
+
+
+
+def test_warm_up_derives_the_scoring_view_so_the_first_batch_only_gathers(
+    redis_url: str, kafka_bootstrap: str, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topics = Topics(topic_factory(prefix="docs"), topic_factory(prefix="labels"), topic_factory(prefix="decisions"),
+                    topic_factory(partitions=1, prefix="dead"))  # fmt: skip
+    model, client = f"warm-{uuid.uuid4().hex[:8]}", connect(redis_url)
+    config = WorkerConfig(KafkaSettings(kafka_bootstrap), redis_url, model=model, topics=topics)
+    producer = make_producer(config.kafka, "kafka-python")
+    teacher = Worker(config, _NoCommit(), producer, open_learner(client, model, learner="balanced-winnow"),  # type: ignore[arg-type]
+                     DocumentCache(client, model))  # fmt: skip
+    for batch in _batches(topics):
+        teacher.process(batch)  # a model with rows in Redis
+    learner = open_learner(client, model)
+    learner.store = CachedStore(learner.store, max_staleness_ms=0)
+    derived: list[int] = []  # rows per derivation of the scoring view
+    original = learner.scoring_rows
+
+    def counted(values: Mapping[str, np.ndarray]) -> np.ndarray:
+        derived.append(len(next(iter(values.values()))))
+        return np.asarray(original(values))
+
+    monkeypatch.setattr(learner, "scoring_rows", counted)
+    worker = Worker(config, _NoCommit(), producer, learner, DocumentCache(client, model))  # type: ignore[arg-type]
+    worker.warm_up()
+    stored = learner.store.n_features()
+    assert stored > 0 and derived == [learner.store._rows.capacity()]  # every cached row, before any batch
+    derived.clear()
+    worker.process(_batches(topics)[0])
+    producer.close()
+    assert all(rows < stored for rows in derived)  # the first batch derived only rows it loaded, if any
