@@ -104,7 +104,6 @@ def test_compiled_and_text_paths_learn_the_same(
     assert seen == {topics.decisions: 120, topics.dead_letters: 2}
 
 
-
 def test_warm_up_derives_the_scoring_view_so_the_first_batch_only_gathers(
     redis_url: str, kafka_bootstrap: str, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
