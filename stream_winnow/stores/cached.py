@@ -52,10 +52,7 @@ class CachedStore(WeightStore):
         # Exact mode on write counters (part_writes): per cache row (rows_of), its part and that part's
         # write counter when the row was read (-1: unknown), and whether the store held it.
         self._epoch: Hashable | None = None
-        self._row_parts = np.zeros(0, dtype=np.int64)
-        self._row_writes = np.zeros(0, dtype=np.int64)
-        self._row_stored = np.zeros(0, dtype=bool)
-        self._grow_row_records()
+        self._clear_row_records()
         self.last_staleness_s = 0.0
         self.last_version: int | None = None  # the model version the last read saw (None: not known)
 
@@ -71,10 +68,7 @@ class CachedStore(WeightStore):
         self._fetched.clear()
         self._views.clear()
         self._state = None
-        self._row_parts = np.zeros(0, dtype=np.int64)
-        self._row_writes = np.zeros(0, dtype=np.int64)
-        self._row_stored = np.zeros(0, dtype=bool)
-        self._grow_row_records()
+        self._clear_row_records()
 
     def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
         if not self._refresh(feature_ids):
@@ -181,9 +175,8 @@ class CachedStore(WeightStore):
         self._load(feature_ids, values)
         rows = self._rows.rows_of(feature_ids)
         parts = self.inner.part_of(feature_ids)
-        self._row_parts[rows] = parts
-        self._row_writes[rows] = _per_row(snapshot.writes or {}, parts)
-        self._row_stored[rows] = snapshot.stored if snapshot.stored is not None else True
+        stored = snapshot.stored if snapshot.stored is not None else True
+        self._record_rows(rows, parts, _per_row(snapshot.writes or {}, parts), stored)
 
     def _load(self, feature_ids: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
         """Rows into the cache, and into every view kept.
@@ -204,6 +197,18 @@ class CachedStore(WeightStore):
                 grown[: len(views)] = views
                 views = self._views[view] = grown
             views[rows] = view(values)
+
+    def _clear_row_records(self) -> None:
+        self._row_parts = np.zeros(0, dtype=np.int64)
+        self._row_writes = np.zeros(0, dtype=np.int64)
+        self._row_stored = np.zeros(0, dtype=bool)
+        self._grow_row_records()
+
+    def _record_rows(self, rows: np.ndarray, parts: np.ndarray, writes: np.ndarray, stored: np.ndarray | bool) -> None:
+        """Cache rows ``rows``: their part, that part's write counter they are exact at (-1: unknown), stored."""
+        self._row_parts[rows] = parts
+        self._row_writes[rows] = writes
+        self._row_stored[rows] = stored
 
     def _grow_row_records(self) -> None:
         """Part, counter and stored flag for every cache row (the cache's rows double as they fill)."""
@@ -256,9 +261,7 @@ class CachedStore(WeightStore):
             rows, parts = self._rows.rows_of(ids), self.inner.part_of(ids)
             before = counted[2]
             same = (before == after[2]) & (after[1] == counted[1])
-            self._row_parts[rows] = parts
-            self._row_writes[rows] = np.where(same[parts], before[parts], -1)
-            self._row_stored[rows] = True
+            self._record_rows(rows, parts, np.where(same[parts], before[parts], -1), True)
         return loaded
 
     def _stale(self, unique: np.ndarray, state: Hashable | None, now: float) -> np.ndarray:
@@ -337,10 +340,8 @@ class CachedStore(WeightStore):
             self._row_writes[advance] += 1
         self._load(ids, rounded)
         rows = self._rows.rows_of(ids)
-        self._row_parts[rows] = parts
-        self._row_writes[rows] = np.where(written[parts], before + 1, before)
         was_stored = snapshot.stored if snapshot.stored is not None else np.zeros(len(ids), dtype=bool)
-        self._row_stored[rows] = was_stored | changed
+        self._record_rows(rows, parts, np.where(written[parts], before + 1, before), was_stored | changed)
 
     def _forget(self, updates: Sequence[Update]) -> None:
         for update in updates:
