@@ -1,6 +1,6 @@
 """Per-document cost of the worker's stages, in process, old way beside new: ``python -m benchmarks.stages``.
 
-On the Reuters ModApte stream (training then test documents) in batches of 1,000, best of
+On the Reuters ModApte stream (training then test documents) in batches of ``--batch`` (1,000), best of
 ``--repeats`` passes, µs per document:
 
     decode + featurise   decode_document + transform_many  vs  parse_documents + transform_hashed
@@ -56,12 +56,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stages", description=__doc__.split("\n")[0])
     parser.add_argument("--source", default="../shared/datasets/reuters21578.tar.gz")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=BATCH,
+                        help=f"Documents per batch; a paced worker at 15,000 docs/s sees about 170 [default: {BATCH}].")
     args = parser.parse_args()
+    if args.batch < 1:
+        parser.error(f"--batch must be at least 1; got {args.batch}")
+    batch_size = args.batch
     split = read_modapte(args.source)
     docs = split.train + split.test
     raws = [msgpack.packb({"id": f"d{i}", "tokens": list(d.tokens), "ts": 1_732_875_000_000 + i})
             for i, d in enumerate(docs)]  # fmt: skip
-    batches = [raws[i : i + BATCH] for i in range(0, len(raws) - BATCH + 1, BATCH)]
+    batches = [raws[i : i + batch_size] for i in range(0, len(raws) - batch_size + 1, batch_size)]
     names = [f"category-{c}" for c in range(90)]
     rng = np.random.default_rng(0)
     rows: list[tuple[str, float, float]] = []
@@ -86,9 +91,9 @@ def main() -> None:
         _best_us(lambda b: learner.margins_many(featurised[at[id(b)]]), batches, args.repeats),
     ))  # fmt: skip
 
-    scores = np.round(rng.normal(size=(BATCH, len(names))), 6)
-    ids = [f"d{i}" for i in range(BATCH)]
-    chosen = [(names[i % 90],) for i in range(BATCH)]
+    scores = np.round(rng.normal(size=(batch_size, len(names))), 6)
+    ids = [f"d{i}" for i in range(batch_size)]
+    chosen = [(names[i % 90],) for i in range(batch_size)]
 
     def one_by_one(_: list[bytes]) -> None:
         for i, row in enumerate(scores.tolist()):
@@ -98,7 +103,7 @@ def main() -> None:
     rows.append((
         "encode decisions (90 categories)",
         _best_us(one_by_one, batches, args.repeats),
-        _best_us(lambda _: encode_decisions(ids, chosen, scores, names, 7, "m", "w", [1] * BATCH, 2), batches,
+        _best_us(lambda _: encode_decisions(ids, chosen, scores, names, 7, "m", "w", [1] * batch_size, 2), batches,
                  args.repeats),
     ))  # fmt: skip
 
@@ -112,7 +117,7 @@ def main() -> None:
     rows.append((
         "encode decisions (10 highest of 90 and the assigned)",
         _best_us(top_one_by_one, batches, args.repeats),
-        _best_us(lambda _: encode_decisions(ids, chosen, scores, names, 7, "m", "w", [1] * BATCH, 2, top=10), batches,
+        _best_us(lambda _: encode_decisions(ids, chosen, scores, names, 7, "m", "w", [1] * batch_size, 2, top=10), batches,
                  args.repeats),
     ))  # fmt: skip
 
@@ -133,7 +138,7 @@ def main() -> None:
         ))  # fmt: skip
         client.close()
 
-    print(f"`python -m benchmarks.stages --source {args.source} --repeats {args.repeats}`\n")
+    print(f"`python -m benchmarks.stages --source {args.source} --repeats {args.repeats} --batch {batch_size}`\n")
     print("| stage | µs/document, old way | µs/document, now |")
     print("|---|---|---|")
     for stage, old, new in rows:

@@ -60,12 +60,16 @@ class RecordingPipeline:
         self.owner, self.pipe, self.commands = owner, pipe, commands
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        self.commands.append((str(args[0]), str(args[1])))
+        self.commands.append((_text(args[0]), _text(args[1])))
         return self.pipe.execute_command(*args, **kwargs)
 
     def execute(self) -> list[Any]:
         self.owner.executions += 1
         return list(self.pipe.execute())
+
+
+def _text(argument: Any) -> str:
+    return argument.decode() if isinstance(argument, bytes) else str(argument)
 
 
 def raw_document(document_id: str, tokens: tuple[str, ...], **kwargs: Any) -> bytes:
