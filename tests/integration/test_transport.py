@@ -249,6 +249,26 @@ def test_an_oversized_message_fails_in_send(
 
 @pytest.mark.integration
 @pytest.mark.parametrize("client", CLIENTS)
+def test_an_oversized_message_in_a_batch_fails_in_send_many_and_the_rest_is_delivered(
+    client: str, kafka_settings: SettingsFactory, topic_factory: Callable[..., str], group_id: str
+) -> None:
+    settings = kafka_settings()
+    topic = topic_factory(partitions=1)
+    with make_producer(settings, client) as producer:  # type: ignore[arg-type]
+        with pytest.raises(TransportError):
+            producer.send_many(topic, [b"before", b"x" * 2_000_000, b"after"], [b"a", b"b", b"c"])
+        delivery = producer.checkpoint()
+        producer.send_many(topic, [b"fine"], [b"d"])
+        producer.flush(timeout_ms=10_000)
+        assert delivery.done()
+    with make_consumer(settings, client) as consumer:  # type: ignore[arg-type]
+        consumer.subscribe([topic], group_id)
+        delivered = {r.value for r in consume(consumer, 2)}
+    assert b"before" in delivered and b"fine" in delivered and b"x" * 2_000_000 not in delivered
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("client", CLIENTS)
 def test_flush_raises_when_the_broker_is_gone(client: str) -> None:
     with start_broker() as broker:
         create_topics(broker.bootstrap_servers, {"decisions": 1})

@@ -329,6 +329,33 @@ class ConfluentProducer(Producer):
             self._unpolled_sends = 0
             producer.poll(0)
 
+    def send_many(self, topic: str, values: Sequence[bytes], keys: Sequence[bytes]) -> None:
+        """One ``produce_batch`` for the lot; what librdkafka could not queue goes through ``send`` after it.
+
+        Batches of 170 decisions cost 3.9-4.4 µs a message one ``produce`` at a time and 3.0-3.2 in
+        one call (``python -m benchmarks.send_cost --client confluent --repeats 8``, twice each,
+        alternating). A message ``send`` refuses (too large, say) raises its ``TransportError``;
+        the messages queued before it are in this checkpoint and will be acknowledged.
+        """
+        producer = self._producer
+        if producer is None:
+            raise TransportError("producer is closed")
+        messages = [{"value": value, "key": key} for value, key in zip(values, keys, strict=True)]
+        sends = self._sends
+        try:
+            queued = producer.produce_batch(topic, messages, on_delivery=sends.acknowledge)
+        except confluent_kafka.KafkaException as exc:
+            raise TransportError(f"cannot send to {topic!r}: {exc}") from exc
+        sends.remaining += queued
+        if queued < len(messages):  # the local queue filled up (or a message was refused): one at a time
+            for message in messages:
+                if "_error" in message:
+                    self.send(topic, message["value"], message["key"])
+        self._unpolled_sends += queued
+        if self._unpolled_sends >= _POLL_EVERY_SENDS:
+            self._unpolled_sends = 0
+            producer.poll(0)
+
     def checkpoint(self) -> Delivery:
         sends, self._sends = self._sends, _Sends(self)
         return sends
