@@ -60,6 +60,7 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from stream_winnow import resp
 from stream_winnow.errors import ConfigError, StoreError
 from stream_winnow.stores.base import CounterUpdate, LearnedEvent, RowSnapshot, TableSpec, Update, WeightStore
 
@@ -377,6 +378,11 @@ class RedisStore(WeightStore):
         self._metadata_key = meta + "metadata"
         self._version_key = meta + "version"
         self._epoch_key = meta + "epoch"
+        # What part_writes asks a single node, once a batch.
+        self._counters_request = [
+            [b"MGET", self._version_key.encode(), self._epoch_key.encode(), *self._write_keys],
+            [b"LLEN", self._categories_key.encode()],
+        ]
 
         self._apply_shard = client.register_script(_APPLY_SHARD_LUA)
         self._apply_meta = client.register_script(_APPLY_META_LUA)
@@ -626,11 +632,8 @@ class RedisStore(WeightStore):
                     pipe.get(key)
                 pipe.llen(self._categories_key)
                 (version, epoch), *counters, n_categories = pipe.execute()
-            else:
-                pipe = self.client.pipeline(transaction=False)
-                pipe.execute_command("MGET", self._version_key, self._epoch_key, *self._write_keys)
-                pipe.llen(self._categories_key)
-                (version, epoch, *counters), n_categories = pipe.execute()
+            else:  # once a batch: packed by stream_winnow.resp, 0.2 ms less than redis-py's pipeline
+                (version, epoch, *counters), n_categories = resp.execute(self.client, self._counters_request)
         if n_categories > len(self._categories):
             self._refresh_now()
         writes = np.array([int(c or 0) for c in counters], dtype=np.int64)
