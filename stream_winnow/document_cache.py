@@ -15,7 +15,8 @@ the default day), each split into ``parts`` (16) Redis hashes::
         w = floor(now_s / window_s)             the window the document was put in
         p = zlib.crc32(id as UTF-8) % parts     its part
 
-A batch is written in one pipeline (one round trip): one ``HSET`` with all its
+A batch is written in one round trip (on a single node one request packed by
+:mod:`stream_winnow.resp`, on a Cluster redis-py's pipeline): one ``HSET`` with all its
 documents of a part and one ``EXPIREAT key (w + 1) * window_s + ttl_s`` per
 touched key. A document therefore stays readable for at least ``ttl_s`` and at
 most ``ttl_s + window_s`` seconds (a day to a day and an hour by default): a
