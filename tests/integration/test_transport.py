@@ -248,6 +248,32 @@ def test_an_oversized_message_fails_in_send(
 
 
 @pytest.mark.integration
+def test_a_batch_larger_than_librdkafkas_queue_is_all_delivered_once(
+    kafka_settings: SettingsFactory, topic_factory: Callable[..., str], group_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """produce_batch queues what fits (20 here) and marks the rest; send_many sends those one by one after it."""
+    import confluent_kafka
+
+    class SmallQueue(confluent_kafka.Producer):  # type: ignore[misc]
+        def __init__(self, configs: dict[str, object]) -> None:
+            super().__init__({**configs, "queue.buffering.max.messages": 20})
+
+    monkeypatch.setattr(confluent_kafka, "Producer", SmallQueue)
+    settings = kafka_settings()
+    topic = topic_factory(partitions=1)
+    values = [b"m%d" % i for i in range(300)]
+    with make_producer(settings, "confluent") as producer:
+        producer.send_many(topic, values, [b"k"] * len(values))
+        delivery = producer.checkpoint()
+        assert delivery.wait(timeout_ms=20_000)
+    monkeypatch.undo()
+    with make_consumer(settings, "confluent") as consumer:
+        consumer.subscribe([topic], group_id)
+        records = consume(consumer, len(values))
+    assert sorted(r.value for r in records) == sorted(values)
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("client", CLIENTS)
 def test_an_oversized_message_in_a_batch_fails_in_send_many_and_the_rest_is_delivered(
     client: str, kafka_settings: SettingsFactory, topic_factory: Callable[..., str], group_id: str

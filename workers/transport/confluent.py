@@ -340,10 +340,14 @@ class ConfluentProducer(Producer):
         producer = self._producer
         if producer is None:
             raise TransportError("producer is closed")
-        messages = [{"value": value, "key": key} for value, key in zip(values, keys, strict=True)]
+        messages: list[dict[str, Any]] = [{"value": v, "key": k} for v, k in zip(values, keys, strict=True)]
         sends = self._sends
         try:
             queued = producer.produce_batch(topic, messages, on_delivery=sends.acknowledge)
+        except BufferError:  # documented, though 2.16 marks a full queue per message instead: none queued
+            queued = 0
+            for message in messages:
+                message["_error"] = "queue full"
         except confluent_kafka.KafkaException as exc:
             raise TransportError(f"cannot send to {topic!r}: {exc}") from exc
         sends.remaining += queued
