@@ -51,6 +51,13 @@ def consume(consumer: Consumer, n: int, timeout_s: float = JOIN_TIMEOUT_S) -> li
     return records
 
 
+def read_back(settings: KafkaSettings, client: str, topic: str, group_id: str, n: int) -> list[Record]:
+    """Join ``group_id`` on ``topic`` with a new consumer and ``consume`` ``n`` records."""
+    with make_consumer(settings, client) as consumer:  # type: ignore[arg-type]
+        consumer.subscribe([topic], group_id)
+        return consume(consumer, n)
+
+
 def held_offsets(settings: KafkaSettings, group_id: str) -> dict[TopicPartition, int]:
     """The offsets the broker holds for ``group_id``, read without joining the group."""
     admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
@@ -140,9 +147,7 @@ def test_a_key_goes_to_the_partition_kafkas_default_partitioner_gives_it(
             for value, key in zip(values, keys, strict=True):
                 producer.send(topic, value, key=key)
         producer.flush(timeout_ms=20_000)
-    with make_consumer(settings, client) as consumer:  # type: ignore[arg-type]
-        consumer.subscribe([topic], group_id)
-        records = consume(consumer, len(keys))
+    records = read_back(settings, client, topic, group_id, len(keys))
     assert len(records) == len(keys)
     assert {r.key: r.partition for r in records} == dict(zip(keys, partitions(keys, 4), strict=True))
     assert {r.partition for r in records} == {0, 1, 2, 3}
@@ -267,9 +272,7 @@ def test_a_batch_larger_than_librdkafkas_queue_is_all_delivered_once(
         delivery = producer.checkpoint()
         assert delivery.wait(timeout_ms=20_000)
     monkeypatch.undo()
-    with make_consumer(settings, "confluent") as consumer:
-        consumer.subscribe([topic], group_id)
-        records = consume(consumer, len(values))
+    records = read_back(settings, "confluent", topic, group_id, len(values))
     assert sorted(r.value for r in records) == sorted(values)
 
 
@@ -287,9 +290,7 @@ def test_an_oversized_message_in_a_batch_fails_in_send_many_and_the_rest_is_deli
         producer.send_many(topic, [b"fine"], [b"d"])
         producer.flush(timeout_ms=10_000)
         assert delivery.done()
-    with make_consumer(settings, client) as consumer:  # type: ignore[arg-type]
-        consumer.subscribe([topic], group_id)
-        delivered = {r.value for r in consume(consumer, 2)}
+    delivered = {r.value for r in read_back(settings, client, topic, group_id, 2)}
     assert b"before" in delivered and b"fine" in delivered and b"x" * 2_000_000 not in delivered
 
 
@@ -328,9 +329,7 @@ def test_a_checkpoint_is_done_once_its_sends_are_acknowledged(
         assert first.wait(timeout_ms=20_000)
         assert first.done()
         assert second.wait(timeout_ms=20_000)
-    with make_consumer(kafka_settings(), client) as consumer:  # type: ignore[arg-type]
-        consumer.subscribe([topic], f"check-{topic}")
-        assert len(consume(consumer, 500)) == 500
+    assert len(read_back(kafka_settings(), client, topic, f"check-{topic}", 500)) == 500
 
 
 @pytest.mark.integration

@@ -324,10 +324,7 @@ class ConfluentProducer(Producer):
             except confluent_kafka.KafkaException as exc:
                 raise TransportError(f"cannot send to {topic!r}: {exc}") from exc
         sends.remaining += 1
-        self._unpolled_sends += 1
-        if self._unpolled_sends >= _POLL_EVERY_SENDS:
-            self._unpolled_sends = 0
-            producer.poll(0)
+        self._queued(producer, 1)
 
     def send_many(self, topic: str, values: Sequence[bytes], keys: Sequence[bytes]) -> None:
         """One ``produce_batch`` for the lot; what librdkafka could not queue goes through ``send`` after it.
@@ -344,18 +341,20 @@ class ConfluentProducer(Producer):
         sends = self._sends
         try:
             queued = producer.produce_batch(topic, messages, on_delivery=sends.acknowledge)
+            # The local queue filled up, or a message was refused: each marked with its "_error".
+            refused = [m for m in messages if "_error" in m] if queued < len(messages) else []
         except BufferError:  # documented, though 2.16 marks a full queue per message instead: none queued
-            queued = 0
-            for message in messages:
-                message["_error"] = "queue full"
+            queued, refused = 0, messages
         except confluent_kafka.KafkaException as exc:
             raise TransportError(f"cannot send to {topic!r}: {exc}") from exc
         sends.remaining += queued
-        if queued < len(messages):  # the local queue filled up (or a message was refused): one at a time
-            for message in messages:
-                if "_error" in message:
-                    self.send(topic, message["value"], message["key"])
-        self._unpolled_sends += queued
+        self._queued(producer, queued)
+        for message in refused:
+            self.send(topic, message["value"], message["key"])
+
+    def _queued(self, producer: Any, n: int) -> None:
+        """Count ``n`` more queued sends; every ``_POLL_EVERY_SENDS`` serve the delivery callbacks."""
+        self._unpolled_sends += n
         if self._unpolled_sends >= _POLL_EVERY_SENDS:
             self._unpolled_sends = 0
             producer.poll(0)
