@@ -248,24 +248,27 @@ return out
 
 # Write a batch's learned rows if no row of the shard was written since they were read.
 # KEYS[1] shard row count, KEYS[2] its write counter, KEYS[3..n+2] rows, then the shard's marker sets
-# (time buckets, the current one last), which must not hold any of the events.
+# (time buckets, the current one last), which must not hold any of the suspects.
 # ARGV[1] the write counter as read, ARGV[2] n, ARGV[3] expiry (unix s) of the current set, ARGV[4] rows
-# created (absent when read), ARGV[5] msgpack list of the events' ids, then n new rows (one argument each:
-# one argument of all rows cut with string.sub cost Redis 4.3 instead of 2.2 ms for 900 rows).
-# Returns -1 (nothing written) if the shard was written or an event was applied here, else rows created.
+# created (absent when read), ARGV[5] msgpack list of the events' ids (marked here), ARGV[6] msgpack list
+# of the suspects (the ids attempted before: only they can be in a marker set), then n new rows (one
+# argument each: one argument of all rows cut with string.sub cost Redis 4.3 instead of 2.2 ms for 900 rows).
+# Returns -1 (nothing written) if the shard was written or a suspect was applied here, else rows created.
 _WRITE_ROWS_LUA = """
 local n = tonumber(ARGV[2])
 if tonumber(redis.call('GET', KEYS[2]) or '0') ~= tonumber(ARGV[1]) then return -1 end
 local ids = cmsgpack.unpack(ARGV[5])
+local suspects = cmsgpack.unpack(ARGV[6])
 -- Variadic calls in chunks (unpack is bounded by Lua's C stack).
 for s = n + 3, #KEYS do
-  for first = 1, #ids, 1000 do
-    for _, member in ipairs(redis.call('SMISMEMBER', KEYS[s], unpack(ids, first, math.min(first + 999, #ids)))) do
+  for first = 1, #suspects, 1000 do
+    local last = math.min(first + 999, #suspects)
+    for _, member in ipairs(redis.call('SMISMEMBER', KEYS[s], unpack(suspects, first, last))) do
       if member == 1 then return -1 end
     end
   end
 end
-for i = 1, n do redis.call('SET', KEYS[i + 2], ARGV[i + 5]) end
+for i = 1, n do redis.call('SET', KEYS[i + 2], ARGV[i + 6]) end
 for first = 1, #ids, 1000 do
   redis.call('SADD', KEYS[#KEYS], unpack(ids, first, math.min(first + 999, #ids)))
 end
@@ -274,6 +277,20 @@ local created = tonumber(ARGV[4])
 if created > 0 then redis.call('INCRBY', KEYS[1], created) end
 redis.call('INCR', KEYS[2])
 return created
+"""
+
+# Record that events are being attempted: KEYS the events' model-level attempt markers, ARGV[1] their
+# expiry (unix s). Returns per event 1 if it was attempted before (a suspect), else 0.
+# Every path sets an event's attempt marker before any shard marks it (apply_rows, apply_many, apply),
+# so an event never attempted is in no shard's marker set: apply_rows checks only the suspects there.
+# A batch of 4,000 fresh events checked against a shard's 8 marker sets (a week's) cost that shard's
+# script 5-12 ms of Redis time (16 shards: 90-190 ms a batch); setting 4,000 markers costs one script.
+_TRY_EVENTS_LUA = """
+local out = {}
+for i = 1, #KEYS do
+  out[i] = redis.call('SET', KEYS[i], '1', 'NX', 'EXAT', ARGV[1]) and 0 or 1
+end
+return out
 """
 
 # KEYS[1] category list, KEYS[2] name -> column hash, KEYS[3] layout.
@@ -390,6 +407,7 @@ class RedisStore(WeightStore):
         self._ensure = client.register_script(_ENSURE_CATEGORIES_LUA)
         self._delete = client.register_script(_DELETE_LUA)
         self._write_rows = client.register_script(_WRITE_ROWS_LUA)
+        self._try_events = client.register_script(_TRY_EVENTS_LUA)
 
         self._row_keys_cache: dict[int, bytes] = {}
         self._categories: list[str] = []
@@ -682,9 +700,12 @@ class RedisStore(WeightStore):
             return None
         # old holds float32 values, so comparing with the float32 rows compares float32s.
         changed = np.flatnonzero((old != new).any(axis=1)) if n else np.zeros(0, dtype=np.int64)
-        fresh = msgpack.packb([event.event_id for event in events if event.changed_rows])
+        fresh_ids = [event.event_id for event in events if event.changed_rows]
+        fresh = msgpack.packb(fresh_ids)
         ttl = self.event_ttl_s
-        calls: list[tuple[list[bytes], list[Any]]] = []
+        # Per shard: keys, the arguments before the suspects, the rows (the suspects are known only
+        # once the events are marked as attempted, just before the scripts run).
+        calls: list[tuple[list[bytes], list[Any], list[bytes]]] = []
         if len(changed):
             changed_rows = new[changed]
             row_bytes = 4 * width
@@ -701,11 +722,16 @@ class RedisStore(WeightStore):
                 keys = [self._count_keys[s], self._write_keys[s], *(self._row_key(s, id_list[i]) for i in member_list)]
                 packed = changed_rows[members].tobytes()
                 rows = [packed[i : i + row_bytes] for i in range(0, len(packed), row_bytes)]
-                args = [writes.get(s, 0), len(member_list), expire_at, int(absent[members].sum()), fresh, *rows]
-                calls.append((keys + sets, args))
+                head = [writes.get(s, 0), len(member_list), expire_at, int(absent[members].sum()), fresh]
+                calls.append((keys + sets, head, rows))
         with _store_errors("writing learned rows"):
-            if calls and any(reply == -1 for reply in self._run_scripts(self._write_rows, calls)):
-                return None
+            if calls:
+                # After the snapshot was read, before any shard is written: a worker racing us on the
+                # same events either sees them as suspects or fails its compare-and-set on our writes.
+                suspects = msgpack.packb(self._attempted(fresh_ids))
+                replies = self._run_scripts(self._write_rows, [(k, [*h, suspects, *r]) for k, h, r in calls])
+                if any(reply == -1 for reply in replies):
+                    return None
             if not events:
                 return []
             replies = self._run_scripts(self._apply_metas, [self._events_call(events, ttl)])[0]
@@ -735,13 +761,37 @@ class RedisStore(WeightStore):
             plan.append([marker_at, ttl, "0" if event.changed_rows else "1", entries])
         return keys, [msgpack.packb(plan)]
 
+    def _attempted(self, event_ids: Sequence[str]) -> list[str]:
+        """Mark ``event_ids`` as attempted (model-level keys, as long-lived as the marker sets); returns
+        those attempted before: only they can be in a shard's marker set.
+
+        Every path that marks events in a shard calls this first, so an event never attempted is
+        nowhere applied; a redelivery or a racing worker finds its events among the suspects.
+        """
+        if not event_ids:
+            return []
+        keys = [(self._meta_prefix + "try:" + e).encode() for e in event_ids]
+        # A bucket longer than the sets: outlives those marked in this call even past a bucket's end.
+        expire_at = self._marker_expiry() + self._bucket_s()
+        replies = self._run_scripts(self._try_events, [(keys, [expire_at])])[0]
+        return [e for e, before in zip(event_ids, replies, strict=True) if before]
+
+    def _marker_expiry(self) -> int:
+        """Expiry (unix s) of the current marker sets: what an event marked now is guarded for, at least its TTL."""
+        bucket_s = self._bucket_s()
+        return (int(time.time()) // bucket_s + 1) * bucket_s + self.event_ttl_s
+
+    def _bucket_s(self) -> int:
+        """How long one marker set collects events: a day for the default week's TTL."""
+        return max(self.event_ttl_s // 7, 1)
+
     def _marker_sets(self, shard: int) -> tuple[int, list[bytes]]:
         """(expiry of the current set, unix s; the sets an event applied within its TTL may be in, current last).
 
         ``apply_rows`` marks events in one set per shard and day (for the default week's TTL), so a
         batch's markers are one SADD, not one key with a TTL per event and shard.
         """
-        bucket_s = max(self.event_ttl_s // 7, 1)
+        bucket_s = self._bucket_s()
         now = int(time.time())
         current = now // bucket_s
         oldest = (now - self.event_ttl_s) // bucket_s
@@ -943,6 +993,7 @@ class RedisStore(WeightStore):
         with _store_errors("applying updates"):
             shard_calls = self._shard_calls(shards)
             if shard_calls:
+                self._attempted([e for (_, e), s in zip(batch, skip, strict=True) if e is not None and not s])
                 self._run_scripts(self._apply_shard, shard_calls)
             replies = iter(self._run_scripts(self._apply_metas, [_metas_call(self._version_key, metas)])[0]
                            if metas else [])  # fmt: skip
@@ -955,6 +1006,8 @@ class RedisStore(WeightStore):
             if self.is_cluster and event_id is not None and shard_calls and self._exists(meta_keys[0]):
                 return False  # applied in full before (its updates may differ now: skip every shard)
             if shard_calls:
+                if event_id is not None:
+                    self._attempted([event_id])
                 self._run_scripts(self._apply_shard, shard_calls)
             # Only after every shard answered: the model-level marker means "all of it is in".
             ttl, amounts, mark_only = meta_args

@@ -578,6 +578,59 @@ def test_a_redelivery_after_a_partial_write_is_refused_and_completes_once(make_s
     np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5, rtol=1e-6)
 
 
+@pytest.mark.parametrize("path", ["apply_many", "apply"])
+def test_a_redelivery_after_a_partial_event_by_event_apply_is_refused(make_store: StoreFactory, path: str) -> None:
+    """The event-by-event path (apply_rows' fallback) marks its events as attempted too, so a crash
+    after its shard scripts sends the redelivery's apply_rows to check the shards' marker sets."""
+    store = make_store()
+    store.ensure_categories(["a", "b"])
+    updates = [RowUpdate("positive", IDS[:20], np.array([0]), np.array([1.5])),
+               RowUpdate("negative", IDS[:20], np.array([0]), np.array([1 / 1.5]))]  # fmt: skip
+    if path == "apply_many":
+        assert store.apply_many([(updates, "e1")]) == [True]
+    else:
+        assert store.apply(updates, event_id="e1")
+    store.client.delete(f"sw:{{{store.model}}}:ev:e1".encode())  # "shards written, meta not"
+    again = store.read_for_update(IDS)
+    assert store.apply_rows(again, _learned(store, again.values, 1.5), _events("e1")) is None
+    np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5, rtol=1e-6)
+
+
+def test_every_event_in_a_shard_marker_set_was_marked_as_attempted_first(make_store: StoreFactory) -> None:
+    """apply_rows checks only events attempted before against the marker sets: that is safe only
+    if no path marks an event in a shard without its attempt marker."""
+    store = make_store()
+    store.ensure_categories(["a", "b"])
+    snapshot = store.read_for_update(IDS)
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("rows")) == [True]
+    update = [RowUpdate("positive", IDS[20:], np.array([1]), np.array([2.0]))]
+    assert store.apply_many([(update, "many")]) == [True]
+    assert store.apply(update, event_id="one")
+    marked = {member.decode() for key in store.model_keys() if b":evs:" in key
+              for member in store.client.smembers(key)}  # fmt: skip
+    assert marked == {"rows", "many", "one"}
+    attempted = [store.client.exists(f"sw:{{{store.model}}}:try:{e}".encode()) for e in sorted(marked)]
+    assert attempted == [1, 1, 1]
+    # Attempt markers outlive the marker sets they guard.
+    sets_ttl = max(store.client.ttl(key) for key in store.model_keys() if b":evs:" in key)
+    assert store.client.ttl(f"sw:{{{store.model}}}:try:rows".encode()) > sets_ttl
+
+
+def test_a_fresh_batch_is_written_though_the_marker_sets_are_full(make_store: StoreFactory) -> None:
+    """Events never attempted are not looked up in the marker sets (the cost that is saved), and
+    events attempted before are: a batch holding one of them is refused."""
+    store = make_store()
+    store.ensure_categories(["a", "b"])
+    first = store.read_for_update(IDS)
+    assert store.apply_rows(first, _learned(store, first.values, 1.5), _events("old")) == [True]
+    store.client.delete(f"sw:{{{store.model}}}:ev:old".encode())  # a crash before the meta step
+    snapshot = store.read_for_update(IDS)
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("new", "old")) is None
+    snapshot = store.read_for_update(IDS)
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("new")) == [True]
+    np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5 * 1.5, rtol=1e-6)
+
+
 def test_rows_wider_than_the_learned_ones_are_left_to_apply_many(make_store: StoreFactory) -> None:
     store = make_store()
     store.ensure_categories(["a"])
