@@ -55,6 +55,7 @@ class CachedStore(WeightStore):
         self._clear_row_records()
         self.last_staleness_s = 0.0
         self.last_version: int | None = None  # the model version the last read saw (None: not known)
+        self._served: RowSnapshot | None = None  # the last snapshot read_for_update served from the cache
 
     def __repr__(self) -> str:
         return f"CachedStore({self.inner!r}, max_staleness_ms={self.max_staleness_ms}, rows={self._rows.n_features()})"
@@ -302,7 +303,9 @@ class CachedStore(WeightStore):
         rows = self._rows.rows_of(feature_ids)
         parts, writes = self._row_parts[rows], self._row_writes[rows]
         oldest = {p: int(writes[parts == p].min()) for p in np.unique(parts).tolist()}
-        return self.inner.snapshot_from(feature_ids, self._rows.read(feature_ids), self._row_stored[rows], oldest)
+        snapshot = self.inner.snapshot_from(feature_ids, self._rows.read(feature_ids), self._row_stored[rows], oldest)
+        self._served = snapshot
+        return snapshot
 
     def apply_rows(
         self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray], events: Sequence[LearnedEvent]
@@ -312,6 +315,7 @@ class CachedStore(WeightStore):
         applied = self.inner.apply_rows(snapshot, learned, events)
         if applied is not None and self.max_staleness_ms == 0 and snapshot.writes is not None:
             self._written(snapshot, learned)
+        self._served = None  # a batch's rows (tens of MB): not kept past its write
         return applied
 
     def _written(self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray]) -> None:
@@ -324,13 +328,19 @@ class CachedStore(WeightStore):
         ids, writes = snapshot.feature_ids, snapshot.writes
         if writes is None or not len(ids) or self._width(learned) != len(self._rows.categories()):
             return  # the counters tell the rows apart next time: nothing cached is trusted wrongly
-        if self._rows.n_features() + int((self._rows.rows_of(ids) == 0).sum()) > self.max_rows():
+        uncached = self._rows.rows_of(ids) == 0
+        if self._rows.n_features() + int(uncached.sum()) > self.max_rows():
             return
-        rounded: dict[str, np.ndarray] = {}
+        stored32: dict[str, np.ndarray] = {}
         changed = np.zeros(len(ids), dtype=bool)
         for name, values in learned.items():
-            rounded[name] = values.astype(np.float32).astype(np.float64)  # as the store keeps them
-            changed |= (rounded[name] != snapshot.values[name]).any(axis=1)
+            stored32[name] = values.astype(np.float32)  # as the store keeps them
+            changed |= (stored32[name] != snapshot.values[name]).any(axis=1)
+        # A snapshot served from the cache: its unchanged rows are cached with these very values, so
+        # only the others are loaded (most rows of a batch whose events were mostly right; none when
+        # every event was a mistake). Any other snapshot's rows are all loaded.
+        load = changed | uncached if snapshot is self._served else np.ones(len(ids), dtype=bool)
+        rounded = {name: values[load].astype(np.float64) for name, values in stored32.items()}
         parts = self.inner.part_of(ids)
         before = _per_row(writes, parts)
         written = np.zeros(int(parts.max()) + 1, dtype=bool)
@@ -338,7 +348,7 @@ class CachedStore(WeightStore):
         for part in np.flatnonzero(written).tolist():
             advance = (self._row_parts == part) & (self._row_writes == writes[part])
             self._row_writes[advance] += 1
-        self._load(ids, rounded)
+        self._load(ids[load], rounded)
         rows = self._rows.rows_of(ids)
         was_stored = snapshot.stored if snapshot.stored is not None else np.zeros(len(ids), dtype=bool)
         self._record_rows(rows, parts, np.where(written[parts], before + 1, before), was_stored | changed)
