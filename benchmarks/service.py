@@ -622,7 +622,7 @@ class Environment:
     # The worker's fetch wait and linger, which the bare pipe uses too (same batch settings).
     fetch_max_wait_ms: int = 10
     linger_ms: int = 20
-    max_batches_in_flight: int = 2
+    max_batches_in_flight: int = 4
     load_linger_ms: int = LOAD_LINGER_MS
 
     def name(self, phase: str, client: str) -> str:

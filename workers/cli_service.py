@@ -131,7 +131,7 @@ def setup_logging(fmt: str, level: str) -> None:
         help="How long the broker may hold a fetch for data; latency floor on brokers without long polling.")
 @option("--linger-ms", type=click.IntRange(min=0), default=20, show_default=True,
         help="How long decisions wait to fill a produce batch (fewer, larger batches: less broker work).")
-@option("--max-batches-in-flight", type=click.IntRange(min=0), default=2, show_default=True,
+@option("--max-batches-in-flight", type=click.IntRange(min=0), default=4, show_default=True,
         help="Batches whose decisions may await the broker's acknowledgement while the next is processed "
              "(0: wait for each); a crash repeats at most this many + 1.")
 @option("--decision-scores", type=DecisionScores(), default=str(DEFAULT_DECISION_SCORES), show_default=True,

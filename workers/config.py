@@ -84,8 +84,11 @@ class WorkerConfig:
     # Batches whose outputs may still await the broker's acknowledgement while the next one is
     # processed. Waiting for each (0) was 38 % of the loop at 12,000 documents/s, the commit
     # another 10 %; with 2 the acknowledgements (about 8 ms a batch) overlap the next batches' work.
-    # A crash repeats at most this many + 1 batches (their updates are still applied once).
-    max_batches_in_flight: int = 2
+    # With decisions lingering 20 ms an acknowledgement takes 2-3 batches at half the maximum load,
+    # so 2 still made the loop wait (6 % of it, py-spy at 12,600 documents/s); with 4 the p99 there
+    # was 55.7 / 70.9 / 68.2 ms against 73.0 / 82.4 / 82.0 (benchmarks/service.py --phases latency,
+    # pairs alternating). A crash repeats at most this many + 1 batches (updates still apply once).
+    max_batches_in_flight: int = 4
     limits: CodecLimits = field(default_factory=CodecLimits)
     # Scores a decision carries: the N highest plus any assigned category below them (None: every
     # category's). All 90 of the Reuters model make a decision ~1,500 bytes, 10 make it ~300; at

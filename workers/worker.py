@@ -13,7 +13,7 @@ One loop, one batch at a time::
 Offsets are committed only after the broker acknowledged every decision and
 dead letter of the batch and every update was applied; the loop does not wait
 for that acknowledgement before taking the next batch (``max_batches_in_flight``,
-2), so a crash repeats the last three batches (and any whose asynchronous commit
+4), so a crash repeats the last five batches (and any whose asynchronous commit
 was still on its way): at-least-once decisions, exactly-once updates (by
 ``event_id``). A labelled document's event id is ``doc:<id>``.
 
