@@ -704,10 +704,12 @@ class RedisStore(WeightStore):
         fresh_ids = [event.event_id for event in events if event.changed_rows]
         fresh = msgpack.packb(fresh_ids)
         ttl = self.event_ttl_s
-        # Per shard: keys, the arguments before the suspects, the rows (the suspects are known only
-        # once the events are marked as attempted, just before the scripts run).
-        calls: list[tuple[list[bytes], list[Any], list[bytes]]] = []
+        calls: list[tuple[list[bytes], list[Any]]] = []
         if len(changed):
+            # After the snapshot was read, before any shard is written: a worker racing us on the
+            # same events either sees them as suspects or fails its compare-and-set on our writes.
+            with _store_errors("marking events as attempted"):
+                suspects = msgpack.packb(self._attempted(fresh_ids))
             changed_rows = new[changed]
             row_bytes = 4 * width
             changed_ids = ids[changed]
@@ -723,16 +725,11 @@ class RedisStore(WeightStore):
                 keys = [self._count_keys[s], self._write_keys[s], *(self._row_key(s, id_list[i]) for i in member_list)]
                 packed = changed_rows[members].tobytes()
                 rows = [packed[i : i + row_bytes] for i in range(0, len(packed), row_bytes)]
-                head = [writes.get(s, 0), len(member_list), expire_at, int(absent[members].sum()), fresh]
-                calls.append((keys + sets, head, rows))
+                args = [writes.get(s, 0), len(member_list), expire_at, int(absent[members].sum()), fresh, suspects, *rows]
+                calls.append((keys + sets, args))
         with _store_errors("writing learned rows"):
-            if calls:
-                # After the snapshot was read, before any shard is written: a worker racing us on the
-                # same events either sees them as suspects or fails its compare-and-set on our writes.
-                suspects = msgpack.packb(self._attempted(fresh_ids))
-                replies = self._run_scripts(self._write_rows, [(k, [*h, suspects, *r]) for k, h, r in calls])
-                if any(reply == -1 for reply in replies):
-                    return None
+            if calls and any(reply == -1 for reply in self._run_scripts(self._write_rows, calls)):
+                return None
             if not events:
                 return []
             replies = self._run_scripts(self._apply_metas, [self._events_call(events, ttl)])[0]
@@ -773,14 +770,14 @@ class RedisStore(WeightStore):
             return []
         keys = [(self._meta_prefix + "try:" + e).encode() for e in event_ids]
         # A bucket longer than the sets: outlives those marked in this call even past a bucket's end.
-        expire_at = self._marker_expiry() + self._bucket_s()
+        expire_at = self._marker_expiry(int(time.time())) + self._bucket_s()
         replies = self._run_scripts(self._try_events, [(keys, [expire_at])])[0]
         return [e for e, before in zip(event_ids, replies, strict=True) if before]
 
-    def _marker_expiry(self) -> int:
-        """Expiry (unix s) of the current marker sets: what an event marked now is guarded for, at least its TTL."""
+    def _marker_expiry(self, now: int) -> int:
+        """Expiry (unix s) of the marker sets current at ``now``: what an event marked then is guarded for, at least its TTL."""
         bucket_s = self._bucket_s()
-        return (int(time.time()) // bucket_s + 1) * bucket_s + self.event_ttl_s
+        return (now // bucket_s + 1) * bucket_s + self.event_ttl_s
 
     def _bucket_s(self) -> int:
         """How long one marker set collects events: a day for the default week's TTL."""
@@ -797,7 +794,7 @@ class RedisStore(WeightStore):
         current = now // bucket_s
         oldest = (now - self.event_ttl_s) // bucket_s
         prefix = self._shard_prefix[shard]
-        return (current + 1) * bucket_s + self.event_ttl_s, [prefix + b"evs:%d" % b for b in range(oldest, current + 1)]
+        return self._marker_expiry(now), [prefix + b"evs:%d" % b for b in range(oldest, current + 1)]
 
     def _meta_call(
         self, event: str, ttl: int, counters: Mapping[str, list[str]], mark_only: bool
