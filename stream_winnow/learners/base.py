@@ -136,9 +136,14 @@ class Learner(ABC):
         strengths = sparse.csr_matrix(
             (batch.strengths, inverse.astype(np.int64), batch.indptr), shape=(len(batch), len(unique))
         )
+        return unique, strengths, Learner.batch_totals(batch)
+
+    @staticmethod
+    def batch_totals(batch: FeatureBatch) -> np.ndarray:
+        """Each document's total strength, as a column (documents × 1); 0 for a document without features."""
         totals = np.add.reduceat(batch.strengths, batch.indptr[:-1]) if len(batch.ids) else np.zeros(len(batch))
         totals[np.diff(batch.indptr) == 0] = 0.0
-        return unique, strengths, totals[:, None]
+        return totals[:, None]
 
     @abstractmethod
     def margins_from(self, values: dict[str, np.ndarray], strengths: Any, total_strength: Any) -> np.ndarray:

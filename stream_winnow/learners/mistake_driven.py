@@ -24,6 +24,7 @@ from scipy import sparse
 from stream_winnow.errors import ConfigError
 from stream_winnow.features import FeatureBatch, FeatureConfig, FeatureVector
 from stream_winnow.learners.base import DecisionMode, Learner, LearnOutcome
+from stream_winnow.row_product import rows_product
 from stream_winnow.stores.base import Bounds, RowUpdate, TableSpec, Update, WeightStore
 
 KEEP_TABLE = "keep"
@@ -127,14 +128,16 @@ class MistakeDriven(Learner):
     def margins_many(self, batch: FeatureBatch) -> np.ndarray:
         """As ``Learner.margins_many``, from the features' ``scoring_rows`` (``WeightStore.read_view``).
 
-        A ``CachedStore`` keeps those rows beside the weights, so a batch only gathers them:
-        7.0 → 3.4 µs a Reuters document (``benchmarks/stages``). ``strengths @ (w * keep)`` sums the same
+        A ``CachedStore`` keeps those rows beside the weights, and a batch is summed straight from
+        them (``row_product``, no rows gathered): 7.0 → 3.4 µs a Reuters document in batches of
+        1,000 with the rows gathered, 2.6 in batches of 200 without (``benchmarks/stages``). ``strengths @ (w * keep)`` sums the same
         products as ``margins_from``'s ``(strengths * keep) @ w`` (keep is 0 or 1), in token
         order rather than the order scipy's sparse product leaves: equal to about 1e-15.
         """
-        unique, strengths, totals = self.batch_strengths(batch)
-        rows = self.store.read_view(unique, self.scoring_rows)
-        return np.asarray(self.unit(totals) * (strengths @ rows)) - self.theta
+        unique, inverse = batch.distinct_ids()
+        matrix, rows = self.store.read_view_rows(unique, self.scoring_rows)
+        products = rows_product(batch.indptr, rows[inverse], batch.strengths, matrix)
+        return np.asarray(self.unit(self.batch_totals(batch)) * products) - self.theta
 
     def _read(self, vector: FeatureVector) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """The vector's rows and kept strengths; the last read is reused while the model is unchanged."""

@@ -135,6 +135,15 @@ class WeightStore(ABC):
         """
         return view(self.read(feature_ids))
 
+    def read_view_rows(self, feature_ids: np.ndarray, view: RowView) -> tuple[np.ndarray, np.ndarray]:
+        """``view`` as a matrix and, per feature of ``feature_ids`` (distinct), the index of its row there.
+
+        ``matrix[rows]`` equals ``read_view(feature_ids, view)``. Here the matrix is that very
+        result (``rows`` counts up); ``CachedStore`` returns the view it keeps over every cached
+        row instead, so a batch is scored without copying its rows out (``row_product``).
+        """
+        return self.read_view(feature_ids, view), np.arange(len(feature_ids))
+
     @abstractmethod
     def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
         """Apply all ``updates`` (rows and counters) at once and bump the version.

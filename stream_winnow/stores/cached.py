@@ -87,6 +87,16 @@ class CachedStore(WeightStore):
             return view(self.inner.read(feature_ids))
         return self._view_of(view)[self._rows.rows_of(feature_ids)]
 
+    def read_view_rows(self, feature_ids: np.ndarray, view: RowView) -> tuple[np.ndarray, np.ndarray]:
+        """The view kept over every cached row, and each feature's row in it (nothing gathered).
+
+        The matrix is the cache's own: read it before the cache changes again (the next read or
+        update may grow or rewrite it).
+        """
+        if not self._refresh(feature_ids, distinct=True):
+            return view(self.inner.read(feature_ids)), np.arange(len(feature_ids))
+        return self._view_of(view), self._rows.rows_of(feature_ids)
+
     def keep_view(self, view: RowView) -> None:
         """Derive ``view`` over every cached row now, so the first ``read_view`` only gathers.
 
