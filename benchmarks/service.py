@@ -919,18 +919,21 @@ def _paced(
         started = time.perf_counter()
         sent = 0
         counted_from_ms = None  # ts of the first counted document
+        runner_pid, cpu_from_s = runner.pid, None
         while sent < n:
             due = min(n, int((time.perf_counter() - started) * rate) + 1)
             while sent < due:
                 ts_ms = _now_ms()
                 if sent == warm:
                     counted_from_ms, counted_started = ts_ms, time.perf_counter()
+                    cpu_from_s = cpu_seconds(runner_pid)
                 producer.send(topics.documents, heads[sent] + msgpack.packb(ts_ms), key=keys[sent])
                 sent += 1
             time.sleep(_PACE_TICK_S)
         offered_s = time.perf_counter() - counted_started
         producer.flush()
         collector.wait_for(n, env.timeout_s, check)
+        cpu_to_s = cpu_seconds(runner_pid)
     finally:
         producer.close()
         if isinstance(runner, WorkerProcess):
@@ -942,6 +945,8 @@ def _paced(
     assert counted_from_ms is not None
     latencies = np.asarray(collector.latencies_ms(since_ms=counted_from_ms))
     p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
+    # The runner's CPU over the counted documents (its share of the two cores while they pass).
+    cpu_us = None if cpu_from_s is None or cpu_to_s is None else (cpu_to_s - cpu_from_s) / (n - warm) * 1e6
     return {
         "documents": len(latencies),
         "warm_up_documents": warm,
@@ -951,7 +956,18 @@ def _paced(
         "p95_ms": float(p95),
         "p99_ms": float(p99),
         "max_ms": float(latencies.max()),
+        "cpu_us_per_document": cpu_us,
     }
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds process ``pid`` has used so far (Linux ``/proc``; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _without_ts(message: bytes) -> bytes:
@@ -1137,6 +1153,11 @@ def _f(value: float, digits: int = 0) -> str:
     return "n/a" if value != value else f"{value:,.{digits}f}"  # NaN check
 
 
+def _cpu(runs: Sequence[dict[str, Any]]) -> str:
+    """Each run's CPU µs a document, in run order ("–" where /proc could not tell)."""
+    return ", ".join("–" if r.get("cpu_us_per_document") is None else f"{r['cpu_us_per_document']:.1f}" for r in runs)
+
+
 def _spread(figures: dict[str, Any], digits: int = 0) -> str:
     """" (runs: a, b, c)" after a median of several runs; nothing for a single run."""
     runs = figures.get("of_runs", [])
@@ -1188,6 +1209,8 @@ def markdown(results: dict[str, Any]) -> str:
         ("bare pipe at the same load: p50 / p95 / p99 ms",
          lambda c: f"{_f(c['pipe_latency']['p50_ms'], 1)} / {_f(c['pipe_latency']['p95_ms'], 1)} / "
                    f"{_f(c['pipe_latency']['p99_ms'], 1)}" + _spread(c["pipe_latency"], 1)),
+        ("latency: the worker's / the bare pipe's CPU, µs a document",
+         lambda c: f"{_cpu(c['latency_runs'])} / {_cpu(c['pipe_latency_runs'])}"),
         ("latency runs: this process's longest gc pause, ms",
          lambda c: _f(max(r["harness_gc_max_ms"] for r in c["latency_runs"] + c["pipe_latency_runs"]), 1)),
     ]  # fmt: skip

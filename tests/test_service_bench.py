@@ -64,13 +64,15 @@ def test_every_figure_is_reported() -> None:
     for phase in ("pipe", "scoring", "latency", "pipe_latency"):  # the median of both runs, and both runs
         assert len(figures[f"{phase}_runs"]) == len(figures[phase]["of_runs"]) == 2
     assert all(run["harness_gc_max_ms"] >= 0 for run in figures["latency_runs"] + figures["pipe_latency_runs"])
+    # Linux: the worker and the pipe each used some CPU for the counted documents.
+    assert all(run["cpu_us_per_document"] > 0 for run in figures["latency_runs"] + figures["pipe_latency_runs"])
     assert figures["scoring"]["dead_letters"] == 0
     assert figures["learning"]["model_version_delta"] > 0
     assert figures["mixed"]["learned"] == figures["mixed"]["labelled_events"] == 60
     assert len(results["profile"]["top"]) == 5
     table = markdown(results)
     for row in ("bare pipe", "scoring docs/s", "learning events/s", "mixed docs/s", "p50 / p95 / p99", "bare pipe at the same load",
-                "longest gc pause", "bytes per weight", "vowpalwabbit"):  # fmt: skip
+                "longest gc pause", "CPU, µs a document", "bytes per weight", "vowpalwabbit"):  # fmt: skip
         assert row in table
     json.dumps(results, default=str)
 
