@@ -5,8 +5,8 @@ per-token dict lookup cost about 22 µs for a 136-token Reuters document; most o
 making Python strings that are hashed and dropped. ``parse_documents`` walks the batch's
 bytes once in compiled code and gives, per message, the id, ``ts`` and a 64-bit hash of
 every token's UTF-8 bytes (FNV-1a, then the splitmix64 finaliser); the featurizer maps
-those hashes to its feature ids through an open-addressing table, so a token becomes a
-Python string only the first time it is seen (``Featurizer.transform_hashed``).
+those hashes to its feature ids through an open-addressing table, so a token never becomes a
+Python string (a new one gets its id from its bytes: ``feature_hash``, ``Featurizer.transform_hashed``).
 
 The compiled parser accepts only what ``decode_document`` (with ``events``,
 ``decode_labelled_event``) accepts, with the same result: a map of str keys among the
@@ -48,7 +48,7 @@ class ParsedDocuments:
 
     Message ``i`` (if ``ok[i]``) owns tokens ``token_indptr[i]:token_indptr[i+1]`` (declined
     messages own none). ``buffer`` is the batch's bytes joined; ``token_start``/``token_bytes``
-    locate each token in it, so a token's text is decoded only when its hash is new.
+    locate each token in it, so a new token's id is computed from its bytes (``feature_hash``).
     """
 
     ok: np.ndarray  # bool per message
@@ -62,10 +62,6 @@ class ParsedDocuments:
     event_ids: list[str | None]  # labelled events: the event_id of each accepted one
     labels: list[tuple[str, ...] | None]  # the labels of each accepted message that has them
     has_tokens: np.ndarray  # bool per message: accepted and carries tokens (events may not)
-
-    def token_text(self, k: int) -> str:
-        start = int(self.token_start[k])
-        return self.buffer[start : start + int(self.token_bytes[k])].decode("utf-8")
 
 
 @njit(cache=True, inline="always")

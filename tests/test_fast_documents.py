@@ -240,3 +240,38 @@ def test_plain_events_take_the_fast_path() -> None:
     assert parsed.event_ids == ["e1", "e2"] and parsed.labels == [("crude", "ship"), ()]
     assert parsed.has_tokens.tolist() == [False, True]
     assert len(Featurizer().transform_hashed(parsed)) == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.lists(st.lists(st.sampled_from("abcdefgh") | words, min_size=1, max_size=10),
+                                          min_size=1, max_size=5)),
+        max_size=8,
+    ),
+    st.integers(2, 30),
+    st.randoms(use_true_random=False),
+)
+def test_both_paths_through_one_featurizer_agree(
+    batches: list[tuple[bool, list[list[str]]]], memo_size: int, rng: Any
+) -> None:
+    """Batches by text (transform_many) and by hashes (transform_hashed, some documents left out, as the
+    worker's plain ones are) through ONE featurizer: every document's features equal a fresh featurizer's.
+    New tokens of the hashed path get their ids compiled from their bytes, never as text (feature_hash)."""
+    featurizer = Featurizer(max_cached_tokens=memo_size)
+    for number, (hashed, documents) in enumerate(batches):
+        if hashed:
+            raws = [msgpack.packb({"id": f"{number}-{i}", "tokens": tokens}) for i, tokens in enumerate(documents)]
+            select = np.array([rng.random() < 0.7 for _ in documents])
+            batch = featurizer.transform_hashed(parse_documents(raws), select)
+            chosen = [tokens for tokens, keep in zip(documents, select.tolist(), strict=True) if keep]
+        else:
+            batch = featurizer.transform_many(documents)
+            chosen = documents
+        assert len(batch) == len(chosen)
+        for i, tokens in enumerate(chosen):
+            reference = Featurizer().transform(tokens)
+            got = batch.vector(i)
+            assert dict(zip(got.ids.tolist(), got.strengths.tolist(), strict=True)) == dict(
+                zip(reference.ids.tolist(), reference.strengths.tolist(), strict=True)
+            )
