@@ -4,6 +4,8 @@ On the Reuters ModApte stream (training then test documents) in batches of ``--b
 ``--repeats`` passes, µs per document:
 
     decode + featurise   decode_document + transform_many  vs  parse_documents + transform_hashed
+    ... cold             the same, each pass from a featurizer that has seen no token (a worker
+                         that just started: 31,060 distinct tokens, each new once)
     margins              rows gathered, w and keep derived  vs  scoring rows kept in the CachedStore
                          (Learner.margins_many)                 (MistakeDriven.margins_many), the
                                                                 default Balanced Winnow trained on
@@ -77,6 +79,23 @@ def main() -> None:
         "decode + featurise",
         _best_us(lambda b: text.transform_many([decode_document(r).tokens for r in b]), batches, args.repeats),
         _best_us(lambda b: hashed.transform_hashed(parse_documents(b)), batches, args.repeats),
+    ))  # fmt: skip
+
+    fresh: dict[str, Featurizer] = {}  # a featurizer that has seen nothing, for each way's every pass
+
+    def cold(way: str, run: Callable[[Featurizer, list[bytes]], object]) -> Callable[[list[bytes]], object]:
+        def step(batch: list[bytes]) -> object:
+            if batch is batches[0]:
+                fresh[way] = Featurizer()
+            return run(fresh[way], batch)
+
+        return step
+
+    rows.append((
+        "decode + featurise, every token new at first (a worker just started)",
+        _best_us(cold("text", lambda f, b: f.transform_many([decode_document(r).tokens for r in b])), batches,
+                 args.repeats),
+        _best_us(cold("hashed", lambda f, b: f.transform_hashed(parse_documents(b))), batches, args.repeats),
     ))  # fmt: skip
 
     learner = build_learner("balanced-winnow")
