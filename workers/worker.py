@@ -337,6 +337,12 @@ class Worker:
         learns_hashed = hashes and isinstance(self.learner, MistakeDriven)
         parsed_documents = parsed_events = None
         documents = [record.value for record in records if record.topic == topics.documents]
+        # The weights' write counters come while the batch is parsed (a linear rule scores through
+        # read_view_rows, which takes them).
+        store = self.learner.store
+        ahead = store if documents and isinstance(store, CachedStore) and isinstance(self.learner, MistakeDriven) else None
+        if ahead is not None:
+            ahead.read_ahead()
         if documents and hashes:
             parsed_documents = parse_documents(documents, limits)
         events = [record.value for record in records if record.topic == topics.labels]
@@ -417,6 +423,8 @@ class Worker:
         if unlabelled:
             batch = self.learner.featurizer.transform_many([document.tokens for document in unlabelled])
             self._decide(batch, [d.id for d in unlabelled], [d.ts_ms for d in unlabelled])
+        if ahead is not None:
+            ahead.drop_read_ahead()  # nothing was scored after all (every document labelled, or declined)
         self._learn(labelled)
         self._cached()
         self.state.redis_ok = True

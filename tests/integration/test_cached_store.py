@@ -334,3 +334,79 @@ def test_margins_from_the_kept_view_equal_margins_from_the_rows(redis_url: str) 
         np.testing.assert_allclose(learner.margins_many(batch), from_rows, rtol=1e-12, atol=1e-12, err_msg=name)
         learner.store = CachedStore(learner.store)
         np.testing.assert_allclose(learner.margins_many(batch), from_rows, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+class _CountingCounters:
+    """Wraps a RedisStore, counting its ``part_writes`` calls and the threads they ran on."""
+
+    def __init__(self, inner: RedisStore) -> None:
+        self.inner = inner
+        self.threads: list[str] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def part_writes(self) -> object:
+        import threading
+
+        self.threads.append(threading.current_thread().name)
+        return self.inner.part_writes()
+
+
+def _ahead_store(redis_url: str) -> tuple[CachedStore, RedisStore, _CountingCounters]:
+    mine, theirs = pair(redis_url)
+    counting = _CountingCounters(mine)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    cached.inner = counting  # type: ignore[assignment]
+    cached.prefetch()
+    return cached, theirs, counting
+
+
+def test_a_read_ahead_is_the_scoring_reads_one_round_trip(redis_url: str) -> None:
+    """read_ahead reads the counters on its helper thread; read_view_rows then takes them and asks nothing more."""
+    cached, theirs, counting = _ahead_store(redis_url)
+    promote(theirs, 1.5)  # another worker's update, before the read ahead: it must be seen
+    counting.threads.clear()
+    cached.read_ahead()
+    matrix, rows = cached.read_view_rows(IDS, difference)
+    assert len(counting.threads) == 1 and counting.threads[0].startswith("weight-counters")
+    np.testing.assert_array_equal(matrix[rows], difference(theirs.read(IDS)))
+
+
+def test_a_read_ahead_not_used_for_scoring_is_dropped_and_read_again(redis_url: str) -> None:
+    """Learning (read_for_update), writes and every other call never use counters read ahead: they read anew."""
+    cached, theirs, counting = _ahead_store(redis_url)
+    counting.threads.clear()
+    cached.read_ahead()
+    promote(theirs, 1.5)  # after the read ahead was started: the learning read must see it
+    snapshot = cached.read_for_update(IDS)
+    assert counting.threads[0].startswith("weight-counters") and counting.threads[1:] == ["MainThread"]
+    np.testing.assert_array_equal(snapshot.values["positive"], theirs.read(IDS)["positive"].astype(np.float32))
+    cached.read_ahead()
+    cached.categories()  # any delegated call waits for it and drops it
+    assert cached._ahead is None
+    cached.read_ahead()
+    promote(cached, 2.0)  # as does a write of this worker's; then the next scoring read asks again
+    counting.threads.clear()
+    matrix, rows = cached.read_view_rows(IDS, difference)
+    assert counting.threads == ["MainThread"]
+    np.testing.assert_array_equal(matrix[rows], difference(theirs.read(IDS)))
+
+
+def test_a_failed_read_ahead_raises_when_scoring_takes_it(redis_url: str) -> None:
+    from stream_winnow.errors import StoreError
+
+    cached, _, counting = _ahead_store(redis_url)
+
+    def broken() -> object:
+        raise StoreError("redis unavailable (test)")
+
+    counting.part_writes = broken  # type: ignore[method-assign]
+    cached.read_ahead()
+    with pytest.raises(StoreError, match="unavailable"):
+        cached.read_view_rows(IDS, difference)
+    cached.read_ahead()
+    cached.drop_read_ahead()  # dropped: its failure is not raised, the next read asks again
+    counting.part_writes = counting.inner.part_writes  # type: ignore[method-assign]
+    matrix, rows = cached.read_view_rows(IDS, difference)
+    assert matrix[rows].shape == (len(IDS), 2)
