@@ -25,7 +25,7 @@ from typing import Any
 import redis
 from redis.exceptions import ResponseError
 
-__all__ = ["execute", "pack"]
+__all__ = ["Pending", "execute", "pack"]
 
 Command = Sequence[bytes]
 
@@ -71,8 +71,65 @@ def execute(client: Any, commands: Sequence[Command]) -> list[Any]:
     return replies
 
 
-def _round_trip(connection: Any, request: bytes, n_replies: int) -> list[Any]:
-    connection.send_packed_command([request])
+class Pending:
+    """``commands`` sent now, their replies read when asked for (``replies``): the round trip overlaps other work.
+
+    A worker sends its weights' counter read before parsing a batch and reads the reply after, instead
+    of waiting for it. The connection is the pool's, held until the replies are read; ``replies`` must
+    be called (``close`` is the same, for when they are not wanted). If sending or reading fails on the
+    connection, ``replies`` runs the commands again through :func:`execute` and its retries. Another
+    client than a plain ``redis.Redis`` runs them in ``replies``, as ``execute`` would.
+    """
+
+    __slots__ = ("_client", "_commands", "_connection", "_replies")
+
+    def __init__(self, client: Any, commands: Sequence[Command]) -> None:
+        self._client, self._commands = client, commands
+        self._connection: Any = None
+        self._replies: list[Any] | None = None
+        if type(client) is not redis.Redis or not commands:
+            return
+        pool = client.connection_pool
+        connection = pool.get_connection()
+        try:
+            connection.send_packed_command([pack(commands)])
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            connection.disconnect()  # nothing sent for sure: replies() runs it again
+            pool.release(connection)
+            return
+        self._connection = connection
+
+    def replies(self) -> list[Any]:
+        """The replies in order; raises the first error reply (as ``execute``)."""
+        if self._replies is not None:
+            return self._replies
+        connection, self._connection = self._connection, None
+        replies: list[Any] | None = None
+        if connection is not None:
+            try:
+                replies = _read(connection, len(self._commands))
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                connection.disconnect()  # replies possibly left unread: never reuse the connection as it is
+            finally:
+                self._client.connection_pool.release(connection)
+        if replies is None:
+            replies = execute(self._client, self._commands)
+        self._replies = replies
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                raise reply
+        return replies
+
+    def close(self) -> None:
+        """Read (and drop) the replies if nobody did, so the connection goes back to the pool clean."""
+        if self._connection is not None:
+            try:
+                self.replies()
+            except redis.exceptions.RedisError:
+                pass  # not wanted anyway
+
+
+def _read(connection: Any, n_replies: int) -> list[Any]:
     replies: list[Any] = []
     for _ in range(n_replies):
         try:
@@ -80,3 +137,8 @@ def _round_trip(connection: Any, request: bytes, n_replies: int) -> list[Any]:
         except ResponseError as error:  # read, and the rest still to read
             replies.append(error)
     return replies
+
+
+def _round_trip(connection: Any, request: bytes, n_replies: int) -> list[Any]:
+    connection.send_packed_command([request])
+    return _read(connection, n_replies)

@@ -182,6 +182,11 @@ class WeightStore(ABC):
         """
         return None
 
+    def part_writes_later(self) -> Callable[[], tuple[int, Hashable, np.ndarray] | None]:
+        """``part_writes`` started now and finished by the function returned (a store over a network sends
+        its request at once, so the reply comes while the caller works). Here it is read when called."""
+        return self.part_writes
+
     def apply_rows(
         self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray], events: Sequence[LearnedEvent]
     ) -> list[bool] | None:

@@ -24,12 +24,11 @@ neither (``part_writes`` and ``row_state`` None) is read directly at staleness 0
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from stream_winnow.errors import StoreError
 from stream_winnow.stores.base import LearnedEvent, RowSnapshot, RowUpdate, RowView, Update, WeightStore
 from stream_winnow.stores.memory import MemoryStore
 
@@ -58,9 +57,8 @@ class CachedStore(WeightStore):
         self.last_staleness_s = 0.0
         self.last_version: int | None = None  # the model version the last read saw (None: not known)
         self._served: RowSnapshot | None = None  # the last snapshot read_for_update served from the cache
-        # The write counters the next scoring read checks, being read on a helper thread (read_ahead).
-        self._ahead: Future[Any] | None = None
-        self._reader: ThreadPoolExecutor | None = None
+        # The write counters the next scoring read checks, requested already (read_ahead): reads the reply.
+        self._ahead: Callable[[], tuple[int, Hashable, np.ndarray] | None] | None = None
 
     def __repr__(self) -> str:
         return f"CachedStore({self.inner!r}, max_staleness_ms={self.max_staleness_ms}, rows={self._rows.n_features()})"
@@ -104,34 +102,36 @@ class CachedStore(WeightStore):
         return self._view_of(view), self._rows.rows_of(feature_ids)
 
     def read_ahead(self) -> None:
-        """Start reading the write counters for the next ``read_view_rows``, on a helper thread.
+        """Ask for the write counters the next ``read_view_rows`` checks now; it reads the reply.
 
         Exact mode checks every batch's rows against each shard's write counter: one round trip
         to Redis (an ``MGET`` of 18 values) that the worker's loop waited for, 14 % of its time at
-        18,000 documents/s (py-spy, the latency benchmark). The worker starts it before parsing the
-        batch, so the reply comes while it parses. The rows are then exact as of that read, a few
-        milliseconds earlier than before, as if the batch had been taken that much earlier. Any other
-        read or write of this store first waits for it and drops it (``drop_read_ahead``); nothing
-        else touches the inner store meanwhile. No effect with a staleness bound.
+        18,000 documents/s (py-spy, the latency benchmark). The worker sends it before parsing the
+        batch, so the reply comes while it parses (``resp.Pending``: the same connection, no
+        thread). The rows are then exact as of that request, a few milliseconds earlier than
+        before, as if the batch had been taken that much earlier. Every other read that checks
+        counters, and every write, first reads that reply and drops it (``drop_read_ahead``), so
+        learning's compare-and-set tokens are always read when learning reads. The worker drops
+        a read ahead its batch did not score with. No effect with a staleness bound.
         """
         if self.max_staleness_ms > 0 or self._ahead is not None:
             return
-        if self._reader is None:
-            self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weight-counters")
-        self._ahead = self._reader.submit(self.inner.part_writes)
+        self._ahead = self.inner.part_writes_later()
 
     def drop_read_ahead(self) -> None:
-        """Wait for a ``read_ahead`` still unused and forget it (its failure too: the next read asks again)."""
+        """Read and forget the reply of a ``read_ahead`` still unused (its failure too: the next read asks again)."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            ahead.exception()
+            try:
+                ahead()
+            except StoreError:
+                pass  # not wanted; whatever failed fails again in the read that follows
 
     def _part_writes(self, ahead: bool = False) -> tuple[int, Hashable, np.ndarray] | None:
         """The inner store's write counters: those read ahead if ``ahead`` (else they are dropped), or read now."""
         if ahead and self._ahead is not None:
             pending, self._ahead = self._ahead, None
-            counted: tuple[int, Hashable, np.ndarray] | None = pending.result()  # raises its StoreError
-            return counted
+            return pending()  # raises its StoreError
         self.drop_read_ahead()
         return self.inner.part_writes()
 
@@ -411,56 +411,44 @@ class CachedStore(WeightStore):
                 for fid in update.feature_ids.tolist():
                     self._fetched.pop(fid, None)
 
-    # -- everything else is the inner store's, once a read ahead is done (its thread may be using it) --
+    # -- everything else is the inner store's ---------------------------------------------------------
     def categories(self) -> tuple[str, ...]:
-        self.drop_read_ahead()
         return self.inner.categories()
 
     def row_state(self) -> tuple[int, Hashable] | None:
-        self.drop_read_ahead()
         return self.inner.row_state()
 
     def known_categories(self) -> tuple[str, ...]:
-        self.drop_read_ahead()
         return self.inner.known_categories()
 
     def ensure_categories(self, names: Sequence[str]) -> np.ndarray:
-        self.drop_read_ahead()
         return self.inner.ensure_categories(names)
 
     def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
-        self.drop_read_ahead()
         return self.inner.applied_events(event_ids)
 
     def counters(self, name: str) -> dict[str, float]:
-        self.drop_read_ahead()
         return self.inner.counters(name)
 
     def delete(self, feature_ids: np.ndarray) -> int:
-        self.drop_read_ahead()
         for fid in feature_ids.tolist():
             self._fetched.pop(fid, None)
         return self.inner.delete(feature_ids)
 
     def iter_rows(self, chunk_rows: int = 10_000) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
-        self.drop_read_ahead()
         return self.inner.iter_rows(chunk_rows)
 
     def n_features(self) -> int:
-        self.drop_read_ahead()
         return self.inner.n_features()
 
     @property
     def version(self) -> int:
-        self.drop_read_ahead()
         return self.inner.version
 
     def metadata(self) -> dict[str, str]:
-        self.drop_read_ahead()
         return self.inner.metadata()
 
     def set_metadata(self, values: Mapping[str, str]) -> None:
-        self.drop_read_ahead()
         self.inner.set_metadata(values)
 
 

@@ -46,7 +46,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import compress, repeat
@@ -642,17 +642,40 @@ class RedisStore(WeightStore):
 
         Like ``row_state`` it tells whether categories were added (then they are read too).
         """
+        return self.part_writes_later()()
+
+    def part_writes_later(self) -> Callable[[], tuple[int, bytes | None, np.ndarray]]:
+        """``part_writes`` with its request sent now and its reply read by the function returned.
+
+        On a single node the request goes out at once (``resp.Pending``), so the reply arrives while the
+        caller does other work; a Cluster's pipeline runs when the function is called.
+        """
+        if isinstance(self.client, RedisCluster):
+            return self._cluster_part_writes
         with _store_errors("reading the write counters"):
-            if isinstance(self.client, RedisCluster):
-                pipe = self.client.pipeline()
-                pipe.execute_command("MGET", self._version_key, self._epoch_key,
-                                     **self._route(self._version_key.encode()))  # fmt: skip
-                for key in self._write_keys:  # one slot per shard
-                    pipe.get(key)
-                pipe.llen(self._categories_key)
-                (version, epoch), *counters, n_categories = pipe.execute()
-            else:  # once a batch, so its client cost is fixed cost: one request packed by stream_winnow.resp
-                (version, epoch, *counters), n_categories = resp.execute(self.client, self._counters_request)
+            pending = resp.Pending(self.client, self._counters_request)
+
+        def finish() -> tuple[int, bytes | None, np.ndarray]:
+            with _store_errors("reading the write counters"):
+                (version, epoch, *counters), n_categories = pending.replies()
+            return self._part_writes_from(version, epoch, counters, n_categories)
+
+        return finish
+
+    def _cluster_part_writes(self) -> tuple[int, bytes | None, np.ndarray]:
+        with _store_errors("reading the write counters"):
+            pipe = self.client.pipeline()
+            pipe.execute_command("MGET", self._version_key, self._epoch_key,
+                                 **self._route(self._version_key.encode()))  # fmt: skip
+            for key in self._write_keys:  # one slot per shard
+                pipe.get(key)
+            pipe.llen(self._categories_key)
+            (version, epoch), *counters, n_categories = pipe.execute()
+        return self._part_writes_from(version, epoch, counters, n_categories)
+
+    def _part_writes_from(
+        self, version: Any, epoch: Any, counters: Sequence[Any], n_categories: int
+    ) -> tuple[int, bytes | None, np.ndarray]:
         if n_categories > len(self._categories):
             self._refresh_now()
         writes = np.array([int(c or 0) for c in counters], dtype=np.int64)

@@ -337,20 +337,31 @@ def test_margins_from_the_kept_view_equal_margins_from_the_rows(redis_url: str) 
 
 
 class _CountingCounters:
-    """Wraps a RedisStore, counting its ``part_writes`` calls and the threads they ran on."""
+    """Wraps a RedisStore, recording its counter reads: "now" (``part_writes``) or "ahead" (``part_writes_later``)."""
 
     def __init__(self, inner: RedisStore) -> None:
         self.inner = inner
-        self.threads: list[str] = []
+        self.reads: list[str] = []
+        self.fail = False
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
     def part_writes(self) -> object:
-        import threading
-
-        self.threads.append(threading.current_thread().name)
+        self.reads.append("now")
         return self.inner.part_writes()
+
+    def part_writes_later(self) -> object:
+        from stream_winnow.errors import StoreError
+
+        self.reads.append("ahead")
+        if self.fail:
+
+            def broken() -> object:
+                raise StoreError("redis unavailable (test)")
+
+            return broken
+        return self.inner.part_writes_later()
 
 
 def _ahead_store(redis_url: str) -> tuple[CachedStore, RedisStore, _CountingCounters]:
@@ -359,37 +370,41 @@ def _ahead_store(redis_url: str) -> tuple[CachedStore, RedisStore, _CountingCoun
     cached = CachedStore(mine, max_staleness_ms=0)
     cached.inner = counting  # type: ignore[assignment]
     cached.prefetch()
+    counting.reads.clear()
     return cached, theirs, counting
 
 
-def test_a_read_ahead_is_the_scoring_reads_one_round_trip(redis_url: str) -> None:
-    """read_ahead reads the counters on its helper thread; read_view_rows then takes them and asks nothing more."""
+def test_a_scoring_read_checks_the_counters_as_the_read_ahead_found_them(redis_url: str) -> None:
+    """read_ahead sends the counter read at once; read_view_rows takes its reply and asks nothing more,
+    so rows are exact as of the read ahead: an update by another worker after it is seen next batch."""
     cached, theirs, counting = _ahead_store(redis_url)
-    promote(theirs, 1.5)  # another worker's update, before the read ahead: it must be seen
-    counting.threads.clear()
+    promote(theirs, 1.5)  # before the read ahead: seen
     cached.read_ahead()
     matrix, rows = cached.read_view_rows(IDS, difference)
-    assert len(counting.threads) == 1 and counting.threads[0].startswith("weight-counters")
+    before = difference(theirs.read(IDS))
+    np.testing.assert_array_equal(matrix[rows], before)
+    cached.read_ahead()  # the next batch, its rows all cached and exact at the counters it reads
+    promote(theirs, 2.0)  # after the read ahead: this batch scores as of it, the next sees the update
+    matrix, rows = cached.read_view_rows(IDS, difference)
+    assert counting.reads == ["ahead", "ahead"]
+    np.testing.assert_array_equal(matrix[rows], before)
+    matrix, rows = cached.read_view_rows(IDS, difference)
+    assert counting.reads == ["ahead", "ahead", "now"]
     np.testing.assert_array_equal(matrix[rows], difference(theirs.read(IDS)))
 
 
 def test_a_read_ahead_not_used_for_scoring_is_dropped_and_read_again(redis_url: str) -> None:
-    """Learning (read_for_update), writes and every other call never use counters read ahead: they read anew."""
+    """Learning (read_for_update) and writes never use counters read ahead: they read anew."""
     cached, theirs, counting = _ahead_store(redis_url)
-    counting.threads.clear()
     cached.read_ahead()
-    promote(theirs, 1.5)  # after the read ahead was started: the learning read must see it
+    promote(theirs, 1.5)  # after the read ahead: the learning read must see it
     snapshot = cached.read_for_update(IDS)
-    assert counting.threads[0].startswith("weight-counters") and counting.threads[1:] == ["MainThread"]
+    assert counting.reads == ["ahead", "now"]
     np.testing.assert_array_equal(snapshot.values["positive"], theirs.read(IDS)["positive"].astype(np.float32))
     cached.read_ahead()
-    cached.categories()  # any delegated call waits for it and drops it
-    assert cached._ahead is None
-    cached.read_ahead()
-    promote(cached, 2.0)  # as does a write of this worker's; then the next scoring read asks again
-    counting.threads.clear()
+    promote(cached, 2.0)  # a write of this worker's drops it too; the next scoring read asks again
     matrix, rows = cached.read_view_rows(IDS, difference)
-    assert counting.threads == ["MainThread"]
+    assert counting.reads == ["ahead", "now", "ahead", "now"]
     np.testing.assert_array_equal(matrix[rows], difference(theirs.read(IDS)))
 
 
@@ -397,16 +412,12 @@ def test_a_failed_read_ahead_raises_when_scoring_takes_it(redis_url: str) -> Non
     from stream_winnow.errors import StoreError
 
     cached, _, counting = _ahead_store(redis_url)
-
-    def broken() -> object:
-        raise StoreError("redis unavailable (test)")
-
-    counting.part_writes = broken  # type: ignore[method-assign]
+    counting.fail = True
     cached.read_ahead()
     with pytest.raises(StoreError, match="unavailable"):
         cached.read_view_rows(IDS, difference)
     cached.read_ahead()
     cached.drop_read_ahead()  # dropped: its failure is not raised, the next read asks again
-    counting.part_writes = counting.inner.part_writes  # type: ignore[method-assign]
+    counting.fail = False
     matrix, rows = cached.read_view_rows(IDS, difference)
     assert matrix[rows].shape == (len(IDS), 2)

@@ -82,3 +82,43 @@ def test_a_cluster_client_runs_the_commands_in_its_own_pipeline(redis_cluster_ur
     finally:
         client.delete(*keys)
         client.close()
+
+
+def test_a_pending_request_is_sent_at_once_and_its_replies_read_later(redis_db: Any) -> None:
+    """Pending writes the request before it returns: Redis runs it while the caller works on."""
+    pending = resp.Pending(redis_db, [[b"SET", b"early", b"1"], [b"INCR", b"n"], [b"GET", b"early"]])
+    observer = redis.Redis(connection_pool=redis.ConnectionPool(**redis_db.connection_pool.connection_kwargs))
+    try:
+        deadline = 50
+        while observer.get("early") is None and deadline:  # executed though no reply was read yet
+            deadline -= 1
+            observer.ping()
+        assert observer.get("early") == b"1"
+    finally:
+        observer.close()
+    assert pending.replies() == [b"OK", 1, b"1"]
+    assert pending.replies() == [b"OK", 1, b"1"]  # read once, kept
+    assert resp.execute(redis_db, [[b"GET", b"n"]]) == [b"1"]  # the connection went back clean
+
+
+def test_a_pending_error_reply_is_raised_and_an_unread_one_is_closed_clean(redis_db: Any) -> None:
+    redis_db.set("a-string", b"x")
+    pending = resp.Pending(redis_db, [[b"HSET", b"a-string", b"f", b"v"], [b"SET", b"after", b"2"]])
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        pending.replies()
+    dropped = resp.Pending(redis_db, [[b"SET", b"dropped", b"3"], [b"HSET", b"a-string", b"f", b"v"]])
+    dropped.close()  # replies read and dropped, the error too
+    assert resp.execute(redis_db, [[b"GET", b"after"], [b"GET", b"dropped"]]) == [b"2", b"3"]
+
+
+def test_a_pending_request_whose_connection_dies_runs_again(redis_db: Any) -> None:
+    assert resp.execute(redis_db, [[b"CLIENT", b"SETNAME", b"victim"]]) == [b"OK"]
+    pending = resp.Pending(redis_db, [[b"CLIENT", b"GETNAME"], [b"BLPOP", b"never-pushed", b"2"]])
+    killer = redis.Redis(connection_pool=redis.ConnectionPool(**redis_db.connection_pool.connection_kwargs))
+    try:
+        victims = [c for c in killer.client_list() if c.get("name") == "victim"]
+        assert len(victims) == 1
+        killer.client_kill_filter(_id=victims[0]["id"])  # while it waits on BLPOP, before any reply is read
+    finally:
+        killer.close()
+    assert pending.replies() == [None, None]  # sent again on a new connection (no name), BLPOP timed out
