@@ -114,8 +114,9 @@ class CachedStore(WeightStore):
         learning's compare-and-set tokens are always read when learning reads. The worker drops
         a read ahead its batch did not score with. No effect with a staleness bound.
         """
-        if self.max_staleness_ms > 0 or self._ahead is not None:
+        if self.max_staleness_ms > 0:
             return
+        self.drop_read_ahead()  # one left by a batch that failed before scoring is older than this batch
         self._ahead = self.inner.part_writes_later()
 
     def drop_read_ahead(self) -> None:

@@ -418,6 +418,10 @@ def test_a_failed_read_ahead_raises_when_scoring_takes_it(redis_url: str) -> Non
         cached.read_view_rows(IDS, difference)
     cached.read_ahead()
     cached.drop_read_ahead()  # dropped: its failure is not raised, the next read asks again
+    cached.read_ahead()  # left by a batch that failed before scoring: the next batch's read ahead replaces it
+    counting.fail = False
+    cached.read_ahead()
+    assert counting.reads[-2:] == ["ahead", "ahead"]
     counting.fail = False
     matrix, rows = cached.read_view_rows(IDS, difference)
     assert matrix[rows].shape == (len(IDS), 2)
