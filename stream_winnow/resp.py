@@ -110,6 +110,9 @@ class Pending:
                 replies = _read(connection, len(self._commands))
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
                 connection.disconnect()  # replies possibly left unread: never reuse the connection as it is
+            except BaseException:
+                connection.disconnect()  # likewise, and the caller hears why
+                raise
             finally:
                 self._client.connection_pool.release(connection)
         if replies is None:
