@@ -961,13 +961,13 @@ def _paced(
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User plus system CPU seconds process ``pid`` has used so far (Linux ``/proc``; None elsewhere)."""
+    """``broker_cost.cpu_seconds`` (Linux ``/proc``), or None where it cannot tell."""
+    from benchmarks.broker_cost import cpu_seconds as read
+
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
+        return read(pid)
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _without_ts(message: bytes) -> bytes:

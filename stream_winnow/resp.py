@@ -65,10 +65,7 @@ def execute(client: Any, commands: Sequence[Command]) -> list[Any]:
         )
     finally:
         pool.release(connection)
-    for reply in replies:
-        if isinstance(reply, ResponseError):
-            raise reply
-    return replies
+    return _raise_first_error(replies)
 
 
 class Pending:
@@ -118,10 +115,7 @@ class Pending:
         if replies is None:
             replies = execute(self._client, self._commands)
         self._replies = replies
-        for reply in replies:
-            if isinstance(reply, ResponseError):
-                raise reply
-        return replies
+        return _raise_first_error(replies)
 
     def close(self) -> None:
         """Read (and drop) the replies if nobody did, so the connection goes back to the pool clean."""
@@ -130,6 +124,14 @@ class Pending:
                 self.replies()
             except redis.exceptions.RedisError:
                 pass  # not wanted anyway
+
+
+def _raise_first_error(replies: list[Any]) -> list[Any]:
+    """``replies``, unless one is an error reply: then the first such is raised."""
+    for reply in replies:
+        if isinstance(reply, ResponseError):
+            raise reply
+    return replies
 
 
 def _read(connection: Any, n_replies: int) -> list[Any]:
