@@ -54,6 +54,12 @@ def main() -> None:
     parser.add_argument("--source", default="../shared/datasets/reuters21578.tar.gz")
     parser.add_argument("--client", choices=["kafka-python", "confluent"], default="confluent")
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--profiler", choices=["cprofile", "off"], default="cprofile",
+                        help="off: no profiler; print the wall ms and the process's CPU µs (every thread, "
+                             "the Kafka client's included) a batch, for each of --rounds rounds "
+                             "[default: %(default)s].")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=5, help="Rounds over the batches with --profiler off "
+                        "[default: %(default)s].")  # fmt: skip
     parser.add_argument("--batch", type=int, default=BATCH, help=f"Records per batch [default: {BATCH}].")
     parser.add_argument("--labels", choices=["wrong", "true"], default="wrong",
                         help="learn: a category each document does not have (mostly mistakes) or its own "
@@ -61,6 +67,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.batch < 1:
         parser.error(f"--batch must be at least 1; got {args.batch}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1; got {args.rounds}")
     split = read_modapte(args.source)
     with start_broker() as broker, start_redis() as server:
         create_topics(broker.bootstrap_servers, {"decisions": 4, "dead-letters": 1})
@@ -95,6 +103,9 @@ def main() -> None:
                     records.append(Record("labels", 0, n, msgpack.packb(body)))
             batches.append(records)
         worker.process(batches[0])  # warm-up: compiled code, connections
+        if args.profiler == "off":
+            _time_rounds(worker, batches[1:], args.rounds, args.what, args.client)
+            return
         client.config_set("slowlog-log-slower-than", 0)
         client.config_set("slowlog-max-len", 1_000_000)
         client.slowlog_reset()
@@ -115,6 +126,24 @@ def main() -> None:
             p50, p99 = np.percentile(scripts, [50, 99])
             print(f"Redis scripts: {len(scripts):,} ({len(scripts) / BATCHES:.1f} a batch), µs each: p50 {p50:,.0f}, "
                   f"p99 {p99:,.0f}, max {max(scripts):,}; {sum(scripts) / BATCHES / 1000:.1f} ms a batch")
+
+
+def _time_rounds(worker: Worker, batches: list[list[Record]], rounds: int, what: str, client: str) -> None:
+    """Wall ms and process CPU µs a batch, each round over every batch; the median round last."""
+    walls, cpus = [], []
+    for round_ in range(1, rounds + 1):
+        worker.producer.flush()
+        cpu_started, started = time.process_time(), time.perf_counter()
+        for records in batches:
+            worker.process(records)
+        worker.producer.flush()  # the sends are part of the cost
+        wall_ms = (time.perf_counter() - started) * 1000 / len(batches)
+        cpu_us = (time.process_time() - cpu_started) * 1e6 / len(batches)
+        walls.append(wall_ms)
+        cpus.append(cpu_us)
+        print(f"round {round_}: {wall_ms:.2f} ms a batch, CPU {cpu_us / len(batches[0]):.2f} µs a record")
+    print(f"{what} ({client}), batches of {len(batches[0])}, median of {rounds}: "
+          f"{float(np.median(walls)):.2f} ms a batch, CPU {float(np.median(cpus)) / len(batches[0]):.2f} µs a record")
 
 
 if __name__ == "__main__":

@@ -383,11 +383,17 @@ class Collector(threading.Thread):
 
     def latencies_ms(self, since_ms: int = 0) -> list[float]:
         """Per decision of ``topics[0]`` with a ``ts`` of at least ``since_ms``: arrival here minus ``ts``, in ms."""
+        return [arrived - ts for ts, _, arrived in self.timestamps_ms(since_ms)]
+
+    def timestamps_ms(self, since_ms: int = 0) -> list[tuple[int, int | None, float]]:
+        """Per message of ``topics[0]`` with a ``ts`` of at least ``since_ms``: its ``ts``, its
+        ``decided_ts`` (None where it has none: the bare pipe's) and its arrival here, in ms."""
         out = []
         for now, value in self._arrivals:
-            ts = msgpack.unpackb(value).get("ts")
+            message = msgpack.unpackb(value)
+            ts = message.get("ts")
             if ts is not None and ts >= since_ms:
-                out.append(now * 1000 - ts)
+                out.append((ts, message.get("decided_ts"), now * 1000))
         return out
 
     def start_and_wait(self) -> Collector:
@@ -624,6 +630,8 @@ class Environment:
     linger_ms: int = 20
     max_batches_in_flight: int = 4
     load_linger_ms: int = LOAD_LINGER_MS
+    # The embedded broker's process, whose CPU the latency runs report beside the runner's.
+    broker_pid: int | None = None
 
     def name(self, phase: str, client: str) -> str:
         self.counter += 1
@@ -919,7 +927,7 @@ def _paced(
         started = time.perf_counter()
         sent = 0
         counted_from_ms = None  # ts of the first counted document
-        runner_pid, cpu_from_s = runner.pid, None
+        runner_pid, cpu_from_s, broker_from_s = runner.pid, None, None
         while sent < n:
             due = min(n, int((time.perf_counter() - started) * rate) + 1)
             while sent < due:
@@ -927,6 +935,7 @@ def _paced(
                 if sent == warm:
                     counted_from_ms, counted_started = ts_ms, time.perf_counter()
                     cpu_from_s = cpu_seconds(runner_pid)
+                    broker_from_s = cpu_seconds(env.broker_pid) if env.broker_pid is not None else None
                 producer.send(topics.documents, heads[sent] + msgpack.packb(ts_ms), key=keys[sent])
                 sent += 1
             time.sleep(_PACE_TICK_S)
@@ -934,6 +943,7 @@ def _paced(
         producer.flush()
         collector.wait_for(n, env.timeout_s, check)
         cpu_to_s = cpu_seconds(runner_pid)
+        broker_to_s = cpu_seconds(env.broker_pid) if env.broker_pid is not None else None
     finally:
         producer.close()
         if isinstance(runner, WorkerProcess):
@@ -943,10 +953,20 @@ def _paced(
             runner.wait()
         collector.stop()
     assert counted_from_ms is not None
-    latencies = np.asarray(collector.latencies_ms(since_ms=counted_from_ms))
+    stamps = collector.timestamps_ms(since_ms=counted_from_ms)
+    latencies = np.asarray([arrived - ts for ts, _, arrived in stamps])
     p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
+    # The worker's decisions say when they were made: the latency up to then (the document's wait
+    # for the worker and its batch) and after (the decision's linger, the broker, this collector).
+    split = [(decided - ts, arrived - decided) for ts, decided, arrived in stamps if decided is not None]
+    to_decided = after_decided = None
+    if split:
+        before, after = np.asarray(split).T
+        to_decided = [float(v) for v in np.percentile(before, [50, 99])]
+        after_decided = [float(v) for v in np.percentile(after, [50, 99])]
     # The runner's CPU over the counted documents (its share of the two cores while they pass).
     cpu_us = None if cpu_from_s is None or cpu_to_s is None else (cpu_to_s - cpu_from_s) / (n - warm) * 1e6
+    broker_us = None if broker_from_s is None or broker_to_s is None else (broker_to_s - broker_from_s) / (n - warm) * 1e6
     return {
         "documents": len(latencies),
         "warm_up_documents": warm,
@@ -957,6 +977,10 @@ def _paced(
         "p99_ms": float(p99),
         "max_ms": float(latencies.max()),
         "cpu_us_per_document": cpu_us,
+        "broker_cpu_us_per_document": broker_us,
+        # p50 and p99 of each part (the worker's decisions only): ts to decided_ts, decided_ts to arrival.
+        "to_decided_p50_p99_ms": to_decided,
+        "after_decided_p50_p99_ms": after_decided,
     }
 
 
@@ -1070,7 +1094,7 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                           fetch_max_wait_ms=settings.kafka.fetch_max_wait_ms,
                           linger_ms=settings.kafka.linger_ms,
                           max_batches_in_flight=settings.max_batches_in_flight,
-                          load_linger_ms=config.load_linger_ms)  # fmt: skip
+                          load_linger_ms=config.load_linger_ms, broker_pid=broker.pid)  # fmt: skip
         write_s = write_model(model, env.redis_url, MODEL, settings.shards, len(train))
         results["model_write_s"] = write_s
         results["memory"] = model_memory(env.redis_url, MODEL, settings.shards, model.learner.table_specs())
@@ -1115,7 +1139,8 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                     write_model(model, env.redis_url, latency_model, settings.shards, len(train))
                     measured = phase_latency(env, client, latency_model, stream[:n], rate, config.latency_seconds)
                     out.setdefault("latency_runs", []).append(measured)
-                    say(f"[{client}] latency p99: {measured['p99_ms']:.1f} ms; the bare pipe at the same load")
+                    say(f"[{client}] latency p99: {measured['p99_ms']:.1f} ms (ts → decided_ts / after, p50 / p99: "
+                        f"{_split(measured)}); the bare pipe at the same load")
                     floor = phase_latency(env, client, None, stream[:n], rate, config.latency_seconds)
                     out.setdefault("pipe_latency_runs", []).append(floor)
                     say(f"[{client}] bare pipe latency p99: {floor['p99_ms']:.1f} ms")
@@ -1153,9 +1178,16 @@ def _f(value: float, digits: int = 0) -> str:
     return "n/a" if value != value else f"{value:,.{digits}f}"  # NaN check
 
 
-def _cpu(runs: Sequence[dict[str, Any]]) -> str:
-    """Each run's CPU µs a document, in run order ("–" where /proc could not tell)."""
-    return ", ".join("–" if r.get("cpu_us_per_document") is None else f"{r['cpu_us_per_document']:.1f}" for r in runs)
+def _cpu(runs: Sequence[dict[str, Any]], key: str = "cpu_us_per_document") -> str:
+    """Each run's CPU µs a document (``key``: the runner's, or the broker's), in run order ("–" where /proc could not tell)."""
+    return ", ".join("–" if r.get(key) is None else f"{r[key]:.1f}" for r in runs)
+
+
+def _split(run: dict[str, Any]) -> str:
+    before, after = run.get("to_decided_p50_p99_ms"), run.get("after_decided_p50_p99_ms")
+    if before is None or after is None:
+        return "-"
+    return f"{_f(before[0], 1)} / {_f(before[1], 1)} + {_f(after[0], 1)} / {_f(after[1], 1)}"
 
 
 def _spread(figures: dict[str, Any], digits: int = 0) -> str:
@@ -1209,8 +1241,13 @@ def markdown(results: dict[str, Any]) -> str:
         ("bare pipe at the same load: p50 / p95 / p99 ms",
          lambda c: f"{_f(c['pipe_latency']['p50_ms'], 1)} / {_f(c['pipe_latency']['p95_ms'], 1)} / "
                    f"{_f(c['pipe_latency']['p99_ms'], 1)}" + _spread(c["pipe_latency"], 1)),
+        ("latency: ts → decided_ts / decided_ts → arrival, p50 / p99 ms (each run)",
+         lambda c: "; ".join(_split(run) for run in c["latency_runs"])),
         ("latency: the worker's / the bare pipe's CPU, µs a document",
          lambda c: f"{_cpu(c['latency_runs'])} / {_cpu(c['pipe_latency_runs'])}"),
+        ("latency: the broker's CPU, µs a document, in the worker's / the bare pipe's runs",
+         lambda c: f"{_cpu(c['latency_runs'], 'broker_cpu_us_per_document')} / "
+                   f"{_cpu(c['pipe_latency_runs'], 'broker_cpu_us_per_document')}"),
         ("latency runs: this process's longest gc pause, ms",
          lambda c: _f(max(r["harness_gc_max_ms"] for r in c["latency_runs"] + c["pipe_latency_runs"]), 1)),
     ]  # fmt: skip

@@ -66,15 +66,22 @@ def test_every_figure_is_reported() -> None:
     assert all(run["harness_gc_max_ms"] >= 0 for run in figures["latency_runs"] + figures["pipe_latency_runs"])
     # Linux: the worker's and the pipe's CPU over the counted documents, read from /proc (in clock ticks of
     # 10 ms: a run this short may use less than one).
-    cpu = [run["cpu_us_per_document"] for run in figures["latency_runs"] + figures["pipe_latency_runs"]]
+    runs = figures["latency_runs"] + figures["pipe_latency_runs"]
+    cpu = [run[key] for run in runs for key in ("cpu_us_per_document", "broker_cpu_us_per_document")]
     assert all(isinstance(x, float) and x >= 0 for x in cpu), cpu
+    # The worker's decisions carry decided_ts: the latency splits at it (both parts at least 0 ms,
+    # the clock being one); the bare pipe's messages have none.
+    for run in figures["latency_runs"]:
+        parts = run["to_decided_p50_p99_ms"] + run["after_decided_p50_p99_ms"]
+        assert all(x >= 0 for x in parts), parts
+    assert all(run["to_decided_p50_p99_ms"] is None for run in figures["pipe_latency_runs"])
     assert figures["scoring"]["dead_letters"] == 0
     assert figures["learning"]["model_version_delta"] > 0
     assert figures["mixed"]["learned"] == figures["mixed"]["labelled_events"] == 60
     assert len(results["profile"]["top"]) == 5
     table = markdown(results)
     for row in ("bare pipe", "scoring docs/s", "learning events/s", "mixed docs/s", "p50 / p95 / p99", "bare pipe at the same load",
-                "longest gc pause", "CPU, µs a document", "bytes per weight", "vowpalwabbit"):  # fmt: skip
+                "longest gc pause", "CPU, µs a document", "ts → decided_ts", "the broker's CPU", "bytes per weight", "vowpalwabbit"):  # fmt: skip
         assert row in table
     json.dumps(results, default=str)
 
