@@ -627,7 +627,7 @@ class Environment:
     counter: int = 0
     # The worker's fetch wait and linger, which the bare pipe uses too (same batch settings).
     fetch_max_wait_ms: int = 10
-    linger_ms: int = 20
+    linger_ms: int = 5
     max_batches_in_flight: int = 4
     load_linger_ms: int = LOAD_LINGER_MS
     # The embedded broker's process, whose CPU the latency runs report beside the runner's.

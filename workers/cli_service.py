@@ -129,8 +129,9 @@ def setup_logging(fmt: str, level: str) -> None:
         help="Records per batch at most when a batch holds only labelled events (a backlog of them).")
 @option("--fetch-max-wait-ms", type=click.IntRange(min=0), default=10, show_default=True,
         help="How long the broker may hold a fetch for data; latency floor on brokers without long polling.")
-@option("--linger-ms", type=click.IntRange(min=0), default=20, show_default=True,
-        help="How long decisions wait to fill a produce batch (fewer, larger batches: less broker work).")
+@option("--linger-ms", type=click.IntRange(min=0), default=5, show_default=True,
+        help="How long decisions wait to fill a produce batch; it is in every decision's latency "
+             "(longer: fewer, larger batches, less broker work).")
 @option("--max-batches-in-flight", type=click.IntRange(min=0), default=4, show_default=True,
         help="Batches whose decisions may await the broker's acknowledgement while the next is processed "
              "(0: wait for each); a crash repeats at most this many + 1.")

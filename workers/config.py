@@ -84,7 +84,7 @@ class WorkerConfig:
     # Batches whose outputs may still await the broker's acknowledgement while the next one is
     # processed. Waiting for each (0) was 38 % of the loop at 12,000 documents/s, the commit
     # another 10 %; with 2 the acknowledgements (about 8 ms a batch) overlap the next batches' work.
-    # With decisions lingering 20 ms an acknowledgement takes 2-3 batches at half the maximum load,
+    # With decisions lingering 20 ms (the default then) an acknowledgement took 2-3 batches at half the maximum load,
     # so 2 still made the loop wait (6 % of it, py-spy at 12,600 documents/s); with 4 the p99 there
     # was 55.7 / 70.9 / 68.2 ms against 73.0 / 82.4 / 82.0 (benchmarks/service.py --phases latency,
     # pairs alternating). A crash repeats at most this many + 1 batches (updates still apply once).
