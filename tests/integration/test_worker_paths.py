@@ -14,13 +14,18 @@ from collections.abc import Callable, Mapping
 import msgpack
 import numpy as np
 import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from stream_winnow.document_cache import DocumentCache
+from stream_winnow.errors import StoreError
 from stream_winnow.features import Featurizer
 from stream_winnow.models import connect, open_learner
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.synthetic import synthetic_stream
 from workers.config import Topics, WorkerConfig
+from workers.embedded import start_redis
 from workers.transport import KafkaSettings, Record, make_consumer, make_producer
 from workers.worker import Worker
 
@@ -134,3 +139,37 @@ def test_warm_up_derives_the_scoring_view_so_the_first_batch_only_gathers(
     worker.process(_batches(topics)[0])
     producer.close()
     assert all(rows < stored for rows in derived)  # the first batch derived only rows it loaded, if any
+
+
+def test_a_batch_is_acknowledged_only_once_its_documents_are_cached(
+    redis_url: str, kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    # The model's Redis stays up; the document cache's goes down before the batch and comes back.
+    topics = Topics(topic_factory(prefix="docs"), topic_factory(prefix="labels"), topic_factory(prefix="decisions"),
+                    topic_factory(partitions=1, prefix="dead"))  # fmt: skip
+    model, client = f"cached-{uuid.uuid4().hex[:8]}", connect(redis_url)
+    config = WorkerConfig(KafkaSettings(kafka_bootstrap), redis_url, model=model, topics=topics)
+    producer = make_producer(config.kafka, "kafka-python")
+    cache_server = start_redis()
+    port = cache_server.port
+    cache_client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    cache = DocumentCache(cache_client, model)
+    worker = Worker(config, _NoCommit(), producer, open_learner(client, model, learner="balanced-winnow"),  # type: ignore[arg-type]
+                    cache)  # fmt: skip
+    batch = _batches(topics)[0]  # 30 plain documents
+    ids = [msgpack.unpackb(record.value)["id"] for record in batch]
+    cache_server.stop()
+    try:
+        delivery = worker.process(batch)  # scored and sent; the cache write fails on the helper thread
+        for _ in range(2):  # the decisions are acknowledged, but until the documents are cached: not done
+            with pytest.raises(StoreError, match="caching documents"):
+                delivery.wait(10_000)
+        again = start_redis(port=port)
+        try:
+            assert delivery.wait(10_000) and delivery.done()  # written again, then acknowledged
+            assert set(cache.get_many(ids)) == set(ids)
+        finally:
+            again.stop()
+    finally:
+        producer.close()
+        cache_client.close()
