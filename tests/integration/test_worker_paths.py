@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -26,7 +27,7 @@ from stream_winnow.stores.cached import CachedStore
 from stream_winnow.synthetic import synthetic_stream
 from workers.config import Topics, WorkerConfig
 from workers.embedded import start_redis
-from workers.transport import KafkaSettings, Record, make_consumer, make_producer
+from workers.transport import KafkaSettings, Producer, Record, make_consumer, make_producer
 from workers.worker import Worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -65,6 +66,18 @@ def _batches(topics: Topics) -> list[list[Record]]:
     return [first, second]
 
 
+def _topics(topic_factory: Callable[..., str]) -> Topics:
+    return Topics(topic_factory(prefix="docs"), topic_factory(prefix="labels"), topic_factory(prefix="decisions"),
+                  topic_factory(partitions=1, prefix="dead"))  # fmt: skip
+
+
+def _setting(prefix: str, redis_url: str, bootstrap: str, topics: Topics) -> tuple[str, Any, WorkerConfig, Producer]:
+    """A fresh model's name, a Redis client, a worker config on ``topics`` and a kafka-python producer."""
+    model = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    config = WorkerConfig(KafkaSettings(bootstrap), redis_url, model=model, topics=topics)
+    return model, connect(redis_url), config, make_producer(config.kafka, "kafka-python")
+
+
 def _run(
     redis_url: str, bootstrap: str, topics: Topics, compiled: bool, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[int, np.ndarray, dict[str, np.ndarray], dict[str, float]]:
@@ -88,8 +101,7 @@ def _run(
 def test_compiled_and_text_paths_learn_the_same(
     redis_url: str, kafka_bootstrap: str, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topics = Topics(topic_factory(prefix="docs"), topic_factory(prefix="labels"), topic_factory(prefix="decisions"),
-                    topic_factory(partitions=1, prefix="dead"))  # fmt: skip
+    topics = _topics(topic_factory)
     fast = _run(redis_url, kafka_bootstrap, topics, True, monkeypatch)
     slow = _run(redis_url, kafka_bootstrap, topics, False, monkeypatch)
     assert fast[0] == slow[0] > 0  # the same number of updates
@@ -112,11 +124,8 @@ def test_compiled_and_text_paths_learn_the_same(
 def test_warm_up_derives_the_scoring_view_so_the_first_batch_only_gathers(
     redis_url: str, kafka_bootstrap: str, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topics = Topics(topic_factory(prefix="docs"), topic_factory(prefix="labels"), topic_factory(prefix="decisions"),
-                    topic_factory(partitions=1, prefix="dead"))  # fmt: skip
-    model, client = f"warm-{uuid.uuid4().hex[:8]}", connect(redis_url)
-    config = WorkerConfig(KafkaSettings(kafka_bootstrap), redis_url, model=model, topics=topics)
-    producer = make_producer(config.kafka, "kafka-python")
+    topics = _topics(topic_factory)
+    model, client, config, producer = _setting("warm", redis_url, kafka_bootstrap, topics)
     teacher = Worker(config, _NoCommit(), producer, open_learner(client, model, learner="balanced-winnow"),  # type: ignore[arg-type]
                      DocumentCache(client, model))  # fmt: skip
     for batch in _batches(topics):
@@ -145,11 +154,8 @@ def test_a_batch_is_acknowledged_only_once_its_documents_are_cached(
     redis_url: str, kafka_bootstrap: str, topic_factory: Callable[..., str]
 ) -> None:
     # The model's Redis stays up; the document cache's goes down before the batch and comes back.
-    topics = Topics(topic_factory(prefix="docs"), topic_factory(prefix="labels"), topic_factory(prefix="decisions"),
-                    topic_factory(partitions=1, prefix="dead"))  # fmt: skip
-    model, client = f"cached-{uuid.uuid4().hex[:8]}", connect(redis_url)
-    config = WorkerConfig(KafkaSettings(kafka_bootstrap), redis_url, model=model, topics=topics)
-    producer = make_producer(config.kafka, "kafka-python")
+    topics = _topics(topic_factory)
+    model, client, config, producer = _setting("cached", redis_url, kafka_bootstrap, topics)
     cache_server = start_redis()
     port = cache_server.port
     cache_client = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
