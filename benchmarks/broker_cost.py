@@ -43,6 +43,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
+def machine_ticks() -> tuple[int, int, int]:
+    """The machine's clock ticks so far, over all its CPUs: (all, busy, stolen by the host) (``/proc/stat``).
+
+    Busy is everything but idle, I/O wait and steal; steal is the time the hypervisor ran something
+    else while this machine's CPUs wanted to run.
+    """
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return sum(fields[:8]), user + nice + system + irq + softirq, steal
+
+
 def leave_history(bootstrap: str, producers: int, partitions: int) -> None:
     """What earlier work leaves on a broker: ``producers`` idempotent producers, each its own topic, 400 messages."""
     import confluent_kafka

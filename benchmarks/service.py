@@ -938,7 +938,7 @@ def _paced(
         started = time.perf_counter()
         sent = 0
         counted_from_ms = None  # ts of the first counted document
-        runner_pid, cpu_from_s, broker_from_s = runner.pid, None, None
+        runner_pid, cpu_from_s, broker_from_s, machine_from = runner.pid, None, None, None
         while sent < n:
             due = min(n, int((time.perf_counter() - started) * rate) + 1)
             while sent < due:
@@ -947,6 +947,7 @@ def _paced(
                     counted_from_ms, counted_started = ts_ms, time.perf_counter()
                     cpu_from_s = cpu_seconds(runner_pid)
                     broker_from_s = cpu_seconds(env.broker_pid) if env.broker_pid is not None else None
+                    machine_from = _machine_ticks()
                 producer.send(topics.documents, heads[sent] + msgpack.packb(ts_ms), key=keys[sent])
                 sent += 1
             time.sleep(_PACE_TICK_S)
@@ -955,6 +956,7 @@ def _paced(
         collector.wait_for(n, env.timeout_s, check)
         cpu_to_s = cpu_seconds(runner_pid)
         broker_to_s = cpu_seconds(env.broker_pid) if env.broker_pid is not None else None
+        machine_to = _machine_ticks()
     finally:
         producer.close()
         if isinstance(runner, WorkerProcess):
@@ -989,6 +991,9 @@ def _paced(
         "max_ms": float(latencies.max()),
         "cpu_us_per_document": cpu_us,
         "broker_cpu_us_per_document": broker_us,
+        # The whole machine over the counted documents: % of all its CPUs busy, and % stolen by the host.
+        "machine_busy_percent": _share(machine_from, machine_to, 1),
+        "machine_steal_percent": _share(machine_from, machine_to, 2),
         # p50 and p99 of each part (the worker's decisions only): ts to decided_ts, decided_ts to arrival.
         "to_decided_p50_p99_ms": to_decided,
         "after_decided_p50_p99_ms": after_decided,
@@ -1003,6 +1008,23 @@ def cpu_seconds(pid: int) -> float | None:
         return read(pid)
     except OSError:
         return None
+
+
+def _machine_ticks() -> tuple[int, int, int] | None:
+    """``broker_cost.machine_ticks`` (Linux ``/proc/stat``), or None where it cannot tell."""
+    from benchmarks.broker_cost import machine_ticks
+
+    try:
+        return machine_ticks()
+    except (OSError, ValueError):
+        return None
+
+
+def _share(start: tuple[int, int, int] | None, end: tuple[int, int, int] | None, part: int) -> float | None:
+    """Percent of the ticks between ``start`` and ``end`` that went to ``part`` (1 busy, 2 steal)."""
+    if start is None or end is None or end[0] <= start[0]:
+        return None
+    return 100.0 * (end[part] - start[part]) / (end[0] - start[0])
 
 
 def _without_ts(message: bytes) -> bytes:
@@ -1194,6 +1216,14 @@ def _cpu(runs: Sequence[dict[str, Any]], key: str = "cpu_us_per_document") -> st
     return ", ".join("–" if r.get(key) is None else f"{r[key]:.1f}" for r in runs)
 
 
+def _machine(runs: Sequence[dict[str, Any]]) -> str:
+    """Each run's "busy / steal" % of the machine's CPUs ("–" where /proc/stat could not tell)."""
+    return ", ".join(
+        "–" if r.get("machine_busy_percent") is None else f"{r['machine_busy_percent']:.0f} / {r['machine_steal_percent']:.1f}"
+        for r in runs
+    )
+
+
 def _split(run: dict[str, Any]) -> str:
     before, after = run.get("to_decided_p50_p99_ms"), run.get("after_decided_p50_p99_ms")
     if before is None or after is None:
@@ -1259,6 +1289,8 @@ def markdown(results: dict[str, Any]) -> str:
         ("latency: the broker's CPU, µs a document, in the worker's / the bare pipe's runs",
          lambda c: f"{_cpu(c['latency_runs'], 'broker_cpu_us_per_document')} / "
                    f"{_cpu(c['pipe_latency_runs'], 'broker_cpu_us_per_document')}"),
+        ("latency: the machine's CPUs busy / stolen by the host, %, in the worker's runs; the bare pipe's",
+         lambda c: f"{_machine(c['latency_runs'])}; {_machine(c['pipe_latency_runs'])}"),
         ("latency runs: this process's longest gc pause, ms",
          lambda c: _f(max(r["harness_gc_max_ms"] for r in c["latency_runs"] + c["pipe_latency_runs"]), 1)),
     ]  # fmt: skip

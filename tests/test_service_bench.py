@@ -75,13 +75,17 @@ def test_every_figure_is_reported() -> None:
         parts = run["to_decided_p50_p99_ms"] + run["after_decided_p50_p99_ms"]
         assert all(x >= 0 for x in parts), parts
     assert all(run["to_decided_p50_p99_ms"] is None for run in figures["pipe_latency_runs"])
+    # Linux: the machine's busy and stolen shares of its CPUs over the counted documents.
+    shares = [run[key] for run in runs for key in ("machine_busy_percent", "machine_steal_percent")]
+    assert all(isinstance(x, float) and 0 <= x <= 100 for x in shares), shares
+    assert all(run["machine_busy_percent"] > 0 for run in runs)
     assert figures["scoring"]["dead_letters"] == 0
     assert figures["learning"]["model_version_delta"] > 0
     assert figures["mixed"]["learned"] == figures["mixed"]["labelled_events"] == 60
     assert len(results["profile"]["top"]) == 5
     table = markdown(results)
     for row in ("bare pipe", "scoring docs/s", "learning events/s", "mixed docs/s", "p50 / p95 / p99", "bare pipe at the same load",
-                "longest gc pause", "CPU, µs a document", "ts → decided_ts", "the broker's CPU", "bytes per weight", "vowpalwabbit"):  # fmt: skip
+                "longest gc pause", "CPU, µs a document", "ts → decided_ts", "the broker's CPU", "stolen by the host", "bytes per weight", "vowpalwabbit"):  # fmt: skip
         assert row in table
     json.dumps(results, default=str)
 
