@@ -49,7 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import numpy as np
@@ -380,10 +380,6 @@ class Collector(threading.Thread):
                     self._record(batch)
         finally:
             consumer.close()
-
-    def latencies_ms(self, since_ms: int = 0) -> list[float]:
-        """Per decision of ``topics[0]`` with a ``ts`` of at least ``since_ms``: arrival here minus ``ts``, in ms."""
-        return [arrived - ts for ts, _, arrived in self.timestamps_ms(since_ms)]
 
     def timestamps_ms(self, since_ms: int = 0) -> list[tuple[int, int | None, float]]:
         """Per message of ``topics[0]`` with a ``ts`` of at least ``since_ms``: its ``ts``, its
@@ -938,25 +934,21 @@ def _paced(
         started = time.perf_counter()
         sent = 0
         counted_from_ms = None  # ts of the first counted document
-        runner_pid, cpu_from_s, broker_from_s, machine_from = runner.pid, None, None, None
+        usage_from: _Usage | None = None  # CPU used so far when the first counted document is sent
         while sent < n:
             due = min(n, int((time.perf_counter() - started) * rate) + 1)
             while sent < due:
                 ts_ms = _now_ms()
                 if sent == warm:
                     counted_from_ms, counted_started = ts_ms, time.perf_counter()
-                    cpu_from_s = cpu_seconds(runner_pid)
-                    broker_from_s = cpu_seconds(env.broker_pid) if env.broker_pid is not None else None
-                    machine_from = _machine_ticks()
+                    usage_from = _usage(runner.pid, env.broker_pid)
                 producer.send(topics.documents, heads[sent] + msgpack.packb(ts_ms), key=keys[sent])
                 sent += 1
             time.sleep(_PACE_TICK_S)
         offered_s = time.perf_counter() - counted_started
         producer.flush()
         collector.wait_for(n, env.timeout_s, check)
-        cpu_to_s = cpu_seconds(runner_pid)
-        broker_to_s = cpu_seconds(env.broker_pid) if env.broker_pid is not None else None
-        machine_to = _machine_ticks()
+        usage_to = _usage(runner.pid, env.broker_pid)
     finally:
         producer.close()
         if isinstance(runner, WorkerProcess):
@@ -965,7 +957,7 @@ def _paced(
             runner.kill()
             runner.wait()
         collector.stop()
-    assert counted_from_ms is not None
+    assert counted_from_ms is not None and usage_from is not None
     stamps = collector.timestamps_ms(since_ms=counted_from_ms)
     latencies = np.asarray([arrived - ts for ts, _, arrived in stamps])
     p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
@@ -977,9 +969,7 @@ def _paced(
         before, after = np.asarray(split).T
         to_decided = [float(v) for v in np.percentile(before, [50, 99])]
         after_decided = [float(v) for v in np.percentile(after, [50, 99])]
-    # The runner's CPU over the counted documents (its share of the two cores while they pass).
-    cpu_us = None if cpu_from_s is None or cpu_to_s is None else (cpu_to_s - cpu_from_s) / (n - warm) * 1e6
-    broker_us = None if broker_from_s is None or broker_to_s is None else (broker_to_s - broker_from_s) / (n - warm) * 1e6
+    counted = n - warm
     return {
         "documents": len(latencies),
         "warm_up_documents": warm,
@@ -989,11 +979,12 @@ def _paced(
         "p95_ms": float(p95),
         "p99_ms": float(p99),
         "max_ms": float(latencies.max()),
-        "cpu_us_per_document": cpu_us,
-        "broker_cpu_us_per_document": broker_us,
-        # The whole machine over the counted documents: % of all its CPUs busy, and % stolen by the host.
-        "machine_busy_percent": _share(machine_from, machine_to, 1),
-        "machine_steal_percent": _share(machine_from, machine_to, 2),
+        # The runner's and the broker's CPU over the counted documents (their share of the cores while
+        # they pass), and the whole machine's: % of all its CPUs busy, and % stolen by the host.
+        "cpu_us_per_document": _per_document_us(usage_from.runner_s, usage_to.runner_s, counted),
+        "broker_cpu_us_per_document": _per_document_us(usage_from.broker_s, usage_to.broker_s, counted),
+        "machine_busy_percent": _share(usage_from.machine, usage_to.machine, 1),
+        "machine_steal_percent": _share(usage_from.machine, usage_to.machine, 2),
         # p50 and p99 of each part (the worker's decisions only): ts to decided_ts, decided_ts to arrival.
         "to_decided_p50_p99_ms": to_decided,
         "after_decided_p50_p99_ms": after_decided,
@@ -1010,14 +1001,28 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def _machine_ticks() -> tuple[int, int, int] | None:
-    """``broker_cost.machine_ticks`` (Linux ``/proc/stat``), or None where it cannot tell."""
+class _Usage(NamedTuple):
+    """CPU used so far: by the runner and the broker (seconds), and the machine's ticks (``broker_cost.machine_ticks``).
+    None where ``/proc`` cannot tell."""
+
+    runner_s: float | None
+    broker_s: float | None
+    machine: tuple[int, int, int] | None
+
+
+def _usage(runner_pid: int, broker_pid: int | None) -> _Usage:
     from benchmarks.broker_cost import machine_ticks
 
     try:
-        return machine_ticks()
+        machine: tuple[int, int, int] | None = machine_ticks()
     except (OSError, ValueError):
-        return None
+        machine = None
+    return _Usage(cpu_seconds(runner_pid), None if broker_pid is None else cpu_seconds(broker_pid), machine)
+
+
+def _per_document_us(start_s: float | None, end_s: float | None, documents: int) -> float | None:
+    """CPU µs a document between two readings of seconds used (None where either is unknown)."""
+    return None if start_s is None or end_s is None else (end_s - start_s) / documents * 1e6
 
 
 def _share(start: tuple[int, int, int] | None, end: tuple[int, int, int] | None, part: int) -> float | None:
@@ -1227,7 +1232,7 @@ def _machine(runs: Sequence[dict[str, Any]]) -> str:
 def _split(run: dict[str, Any]) -> str:
     before, after = run.get("to_decided_p50_p99_ms"), run.get("after_decided_p50_p99_ms")
     if before is None or after is None:
-        return "-"
+        return "–"
     return f"{_f(before[0], 1)} / {_f(before[1], 1)} + {_f(after[0], 1)} / {_f(after[1], 1)}"
 
 

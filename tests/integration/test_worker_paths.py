@@ -81,11 +81,8 @@ def _setting(prefix: str, redis_url: str, bootstrap: str, topics: Topics) -> tup
 def _run(
     redis_url: str, bootstrap: str, topics: Topics, compiled: bool, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[int, np.ndarray, dict[str, np.ndarray], dict[str, float]]:
-    model = f"paths-{uuid.uuid4().hex[:8]}"
-    client = connect(redis_url)
+    model, client, config, producer = _setting("paths", redis_url, bootstrap, topics)
     learner = open_learner(client, model, learner="balanced-winnow")
-    config = WorkerConfig(KafkaSettings(bootstrap), redis_url, model=model, topics=topics)
-    producer = make_producer(config.kafka, "kafka-python")
     worker = Worker(config, _NoCommit(), producer, learner, DocumentCache(client, model))  # type: ignore[arg-type]
     with monkeypatch.context() as patch:
         if not compiled:
