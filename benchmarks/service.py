@@ -870,6 +870,15 @@ class _Pauses:
             self.longest_s = max(self.longest_s, time.perf_counter() - self._started)
 
 
+def latency_documents(rate: float, seconds: float, warmup_s: float = LATENCY_WARMUP_S) -> int:
+    """Documents a paced latency run sends: ``rate`` a second through its warm-up and ``seconds``.
+
+    >>> latency_documents(25_000, 10.0)
+    275000
+    """
+    return max(1, int(rate * (warmup_s + seconds)))
+
+
 def phase_latency(
     env: Environment, client: str, model: str | None, docs: Sequence[LabelledDocument], rate: float, seconds: float,
     warmup_s: float = LATENCY_WARMUP_S,
@@ -907,7 +916,9 @@ def _paced(
 
     name = env.name("latency" if model is not None else "pipe-latency", client)
     topics = env.topics(name)
-    n = max(1, min(len(docs), int(rate * (warmup_s + seconds))))
+    n = latency_documents(rate, seconds, warmup_s)
+    if len(docs) < n:
+        raise ValueError(f"a latency run of {seconds} s at {rate:,.0f} docs/s needs {n:,} documents, got {len(docs):,}")
     warm = min(n - 1, int(rate * warmup_s))  # the first `warm` documents are not counted
     collector = Collector(env.bootstrap, [topics.decisions], latency=True).start_and_wait()
     # Every message but its ts packed beforehand, so pacing costs the load generator little CPU
@@ -935,6 +946,10 @@ def _paced(
         sent = 0
         counted_from_ms = None  # ts of the first counted document
         usage_from: _Usage | None = None  # CPU used so far when the first counted document is sent
+        # The counted documents in thirds: when the first of each is sent, the clock (s), the broker's
+        # CPU so far (s) and its ts, to show how a run changes as its topics fill.
+        thirds = [warm + k * (n - warm) // 3 for k in range(3)]
+        marks: list[tuple[float, float | None, int]] = []
         while sent < n:
             due = min(n, int((time.perf_counter() - started) * rate) + 1)
             while sent < due:
@@ -942,10 +957,13 @@ def _paced(
                 if sent == warm:
                     counted_from_ms, counted_started = ts_ms, time.perf_counter()
                     usage_from = _usage(runner.pid, env.broker_pid)
+                if sent in thirds:
+                    marks.append((time.perf_counter(), _broker_s(env.broker_pid), ts_ms))
                 producer.send(topics.documents, heads[sent] + msgpack.packb(ts_ms), key=keys[sent])
                 sent += 1
             time.sleep(_PACE_TICK_S)
         offered_s = time.perf_counter() - counted_started
+        marks.append((time.perf_counter(), _broker_s(env.broker_pid), _now_ms()))
         producer.flush()
         collector.wait_for(n, env.timeout_s, check)
         usage_to = _usage(runner.pid, env.broker_pid)
@@ -970,11 +988,20 @@ def _paced(
         to_decided = [float(v) for v in np.percentile(before, [50, 99])]
         after_decided = [float(v) for v in np.percentile(after, [50, 99])]
     counted = n - warm
+    # By ts, which the documents are sent in order of (a ts shared across a boundary counts after it).
+    third_of = np.searchsorted([ts for _, _, ts in marks[1:3]], [ts for ts, _, _ in stamps], side="right")
+    p99_by_third = [float(np.percentile(latencies[third_of == k], 99)) if (third_of == k).any() else None
+                    for k in range(3)]  # fmt: skip
+    broker_by_third = [
+        None if a is None or b is None or t1 <= t0 else 100.0 * (b - a) / (t1 - t0)
+        for (t0, a, _), (t1, b, _) in zip(marks, marks[1:], strict=False)
+    ]
     return {
         "documents": len(latencies),
         "warm_up_documents": warm,
         "offered_per_s": rate,
         "achieved_offered_per_s": _rate(n - warm, offered_s),
+        "counted_s": offered_s,
         "p50_ms": float(p50),
         "p95_ms": float(p95),
         "p99_ms": float(p99),
@@ -988,7 +1015,17 @@ def _paced(
         # p50 and p99 of each part (the worker's decisions only): ts to decided_ts, decided_ts to arrival.
         "to_decided_p50_p99_ms": to_decided,
         "after_decided_p50_p99_ms": after_decided,
+        # In each third of the counted documents, by send time: the p99, and the broker's CPU in % of
+        # one core while they were sent (Tansu 0.6 lists every produce batch a partition holds on each
+        # fetch, so its cost grows through a run; see benchmarks/broker_cost.py).
+        "p99_ms_by_third": p99_by_third,
+        "broker_cpu_percent_by_third": broker_by_third,
     }
+
+
+def _broker_s(broker_pid: int | None) -> float | None:
+    """The broker's CPU seconds so far (None where /proc cannot tell)."""
+    return None if broker_pid is None else cpu_seconds(broker_pid)
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -1172,14 +1209,17 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                 say(f"[{client}] mixed: {out['mixed']['per_s']:,.0f}/s")
             if "latency" in config.phases:
                 rate = config.latency_rate or out["scoring"]["per_s"] / 2
+                # The paced load runs its whole warm-up and seconds: the stream repeats as far as that
+                # takes (at 25,000 docs/s, 275,000 documents), not only as far as the other phases'.
+                paced = repeat_stream(base, latency_documents(rate, config.latency_seconds))
                 for repeat in repeats:
                     latency_model = f"{MODEL}-t-{client}-{repeat}"
                     write_model(model, env.redis_url, latency_model, settings.shards, len(train))
-                    measured = phase_latency(env, client, latency_model, stream[:n], rate, config.latency_seconds)
+                    measured = phase_latency(env, client, latency_model, paced, rate, config.latency_seconds)
                     out.setdefault("latency_runs", []).append(measured)
                     say(f"[{client}] latency p99: {measured['p99_ms']:.1f} ms (ts → decided_ts / after, p50 / p99: "
                         f"{_split(measured)}); the bare pipe at the same load")
-                    floor = phase_latency(env, client, None, stream[:n], rate, config.latency_seconds)
+                    floor = phase_latency(env, client, None, paced, rate, config.latency_seconds)
                     out.setdefault("pipe_latency_runs", []).append(floor)
                     say(f"[{client}] bare pipe latency p99: {floor['p99_ms']:.1f} ms")
                 out["latency"] = median_run(out["latency_runs"], "p99_ms")
@@ -1227,6 +1267,11 @@ def _machine(runs: Sequence[dict[str, Any]]) -> str:
         "–" if r.get("machine_busy_percent") is None else f"{r['machine_busy_percent']:.0f} / {r['machine_steal_percent']:.1f}"
         for r in runs
     )
+
+
+def _thirds(runs: Sequence[dict[str, Any]], key: str, digits: int = 1) -> str:
+    """Each run's three figures, first → last third, runs apart by commas ("–" where one is unknown)."""
+    return ", ".join(" → ".join("–" if x is None else _f(x, digits) for x in r.get(key) or [None]) for r in runs)
 
 
 def _split(run: dict[str, Any]) -> str:
@@ -1280,7 +1325,9 @@ def markdown(results: dict[str, Any]) -> str:
         ("mixed docs/s (10 % labelled later, from cache)", lambda c: _f(c["mixed"]["per_s"])),
         ("mixed: labelled events learned / dead letters",
          lambda c: f"{c['mixed']['learned']:,} / {c['mixed']['dead_letters']:,}"),
-        ("latency: offered docs/s (½ scoring)", lambda c: _f(c["latency"]["offered_per_s"])),
+        ("latency: offered docs/s (½ scoring), for s counted (each run)",
+         lambda c: f"{_f(c['latency']['offered_per_s'])}, for "
+                   + ", ".join(_f(run["counted_s"], 1) for run in c["latency_runs"])),
         ("latency p50 / p95 / p99 ms",
          lambda c: f"{_f(c['latency']['p50_ms'], 1)} / {_f(c['latency']['p95_ms'], 1)} / "
                    f"{_f(c['latency']['p99_ms'], 1)}" + _spread(c["latency"], 1)),
@@ -1289,6 +1336,11 @@ def markdown(results: dict[str, Any]) -> str:
                    f"{_f(c['pipe_latency']['p99_ms'], 1)}" + _spread(c["pipe_latency"], 1)),
         ("latency: ts → decided_ts / decided_ts → arrival, p50 / p99 ms (each run)",
          lambda c: "; ".join(_split(run) for run in c["latency_runs"])),
+        ("latency: p99 ms in each third of the counted time, the worker's runs; the bare pipe's",
+         lambda c: f"{_thirds(c['latency_runs'], 'p99_ms_by_third')}; {_thirds(c['pipe_latency_runs'], 'p99_ms_by_third')}"),
+        ("latency: the broker's CPU, % of a core, in each third, the worker's runs; the bare pipe's",
+         lambda c: f"{_thirds(c['latency_runs'], 'broker_cpu_percent_by_third', 0)}; "
+                   f"{_thirds(c['pipe_latency_runs'], 'broker_cpu_percent_by_third', 0)}"),
         ("latency: the worker's / the bare pipe's CPU, µs a document",
          lambda c: f"{_cpu(c['latency_runs'])} / {_cpu(c['pipe_latency_runs'])}"),
         ("latency: the broker's CPU, µs a document, in the worker's / the bare pipe's runs",

@@ -75,6 +75,11 @@ def test_every_figure_is_reported() -> None:
         parts = run["to_decided_p50_p99_ms"] + run["after_decided_p50_p99_ms"]
         assert all(x >= 0 for x in parts), parts
     assert all(run["to_decided_p50_p99_ms"] is None for run in figures["pipe_latency_runs"])
+    # Each run in thirds of its counted documents: a p99 for each, and the broker's share of a core.
+    for run in runs:
+        assert len(run["p99_ms_by_third"]) == len(run["broker_cpu_percent_by_third"]) == 3, run
+        assert all(x > 0 for x in run["p99_ms_by_third"]), run["p99_ms_by_third"]
+        assert all(x is not None and x >= 0 for x in run["broker_cpu_percent_by_third"])
     # Linux: the machine's busy and stolen shares of its CPUs over the counted documents.
     shares = [run[key] for run in runs for key in ("machine_busy_percent", "machine_steal_percent")]
     assert all(isinstance(x, float) and 0 <= x <= 100 for x in shares), shares
@@ -85,7 +90,7 @@ def test_every_figure_is_reported() -> None:
     assert len(results["profile"]["top"]) == 5
     table = markdown(results)
     for row in ("bare pipe", "scoring docs/s", "learning events/s", "mixed docs/s", "p50 / p95 / p99", "bare pipe at the same load",
-                "longest gc pause", "CPU, µs a document", "ts → decided_ts", "the broker's CPU", "stolen by the host", "bytes per weight", "vowpalwabbit"):  # fmt: skip
+                "longest gc pause", "for s counted", "in each third", "CPU, µs a document", "ts → decided_ts", "the broker's CPU", "stolen by the host", "bytes per weight", "vowpalwabbit"):  # fmt: skip
         assert row in table
     json.dumps(results, default=str)
 
