@@ -10,8 +10,9 @@ ModApte token stream (training then test documents, repeated with unique ids up 
     scoring   the worker on unlabelled documents only (pre-loaded topic)
     learning  the worker on labelled events with tokens, each one a mistake of the model
     mixed     documents, plus labelled events (no tokens) for 10 % of them, sent once decided
-    latency   documents paced at half the scoring rate, ts = send time; ts -> decision arrival;
-              then the bare pipe at the same load (the transport's own latency, the floor)
+    latency   documents paced at half the scoring rate, ts = send time; ts -> decision arrival
+              over --latency-seconds (10) after a 1 s warm-up, the stream repeated as far as
+              that takes; then the bare pipe at the same load (the transport's own latency)
 
 Every phase runs in a subprocess (the worker as ``python -m workers.cli worker`` with
 ``STREAM_WINNOW_*`` variables; the pipe as ``python -m benchmarks.service _pipe``) on its own
@@ -1325,8 +1326,8 @@ def markdown(results: dict[str, Any]) -> str:
         ("mixed docs/s (10 % labelled later, from cache)", lambda c: _f(c["mixed"]["per_s"])),
         ("mixed: labelled events learned / dead letters",
          lambda c: f"{c['mixed']['learned']:,} / {c['mixed']['dead_letters']:,}"),
-        ("latency: offered docs/s (½ scoring), for s counted (each run)",
-         lambda c: f"{_f(c['latency']['offered_per_s'])}, for "
+        ("latency: offered docs/s (½ scoring); seconds counted, each run",
+         lambda c: f"{_f(c['latency']['offered_per_s'])}; "
                    + ", ".join(_f(run["counted_s"], 1) for run in c["latency_runs"])),
         ("latency p50 / p95 / p99 ms",
          lambda c: f"{_f(c['latency']['p50_ms'], 1)} / {_f(c['latency']['p95_ms'], 1)} / "
