@@ -949,22 +949,21 @@ def _paced(
         usage_from: _Usage | None = None  # CPU used so far when the first counted document is sent
         # The counted documents in thirds: when the first of each is sent, the clock (s), the broker's
         # CPU so far (s) and its ts, to show how a run changes as its topics fill.
-        thirds = [warm + k * (n - warm) // 3 for k in range(3)]
+        thirds = {warm + k * (n - warm) // 3 for k in range(3)}
         marks: list[tuple[float, float | None, int]] = []
         while sent < n:
             due = min(n, int((time.perf_counter() - started) * rate) + 1)
             while sent < due:
                 ts_ms = _now_ms()
-                if sent == warm:
-                    counted_from_ms, counted_started = ts_ms, time.perf_counter()
-                    usage_from = _usage(runner.pid, env.broker_pid)
-                if sent in thirds:
+                if sent in thirds:  # the first of them is `warm`, the first counted document
+                    if sent == warm:
+                        counted_from_ms, usage_from = ts_ms, _usage(runner.pid, env.broker_pid)
                     marks.append((time.perf_counter(), _broker_s(env.broker_pid), ts_ms))
                 producer.send(topics.documents, heads[sent] + msgpack.packb(ts_ms), key=keys[sent])
                 sent += 1
             time.sleep(_PACE_TICK_S)
-        offered_s = time.perf_counter() - counted_started
         marks.append((time.perf_counter(), _broker_s(env.broker_pid), _now_ms()))
+        offered_s = marks[-1][0] - marks[0][0]
         producer.flush()
         collector.wait_for(n, env.timeout_s, check)
         usage_to = _usage(runner.pid, env.broker_pid)
@@ -1055,7 +1054,7 @@ def _usage(runner_pid: int, broker_pid: int | None) -> _Usage:
         machine: tuple[int, int, int] | None = machine_ticks()
     except (OSError, ValueError):
         machine = None
-    return _Usage(cpu_seconds(runner_pid), None if broker_pid is None else cpu_seconds(broker_pid), machine)
+    return _Usage(cpu_seconds(runner_pid), _broker_s(broker_pid), machine)
 
 
 def _per_document_us(start_s: float | None, end_s: float | None, documents: int) -> float | None:
