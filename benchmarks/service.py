@@ -16,8 +16,9 @@ ModApte token stream (training then test documents, repeated with unique ids up 
 
 Every phase runs in a subprocess (the worker as ``python -m workers.cli worker`` with
 ``STREAM_WINNOW_*`` variables; the pipe as ``python -m benchmarks.service _pipe``) on its own
-topics (4 partitions) and consumer group. Throughput is counted at a consumer in this process
-from the first output message to the last, which leaves out the group join (3-5 s on Tansu);
+topics (one partition each unless ``--partitions`` says otherwise) and consumer group.
+Throughput is counted at a consumer in this process from the first output message to the
+last, which leaves out the group join (3-5 s on Tansu);
 the learning phase, which emits nothing, is timed by polling the worker's /metrics. The
 helper clients (pre-loading, the load generator, the collector) use confluent-kafka when it
 is installed, whatever client is measured, so that they are never the bottleneck.
@@ -62,7 +63,14 @@ from stream_winnow.errors import TransportError
 __all__ = ["BenchConfig", "main", "run_benchmark"]
 
 MODEL = "bench"
-PARTITIONS = 4
+# Partitions of every topic a run creates: one, as each pod of a group with as many partitions as pods
+# consumes (``--partitions 4`` gives one worker four pods' partitions). Tansu 0.6 lists every batch a
+# partition holds on each fetch that finds data, and a keyed producer makes a batch per partition per
+# linger, so on it the broker's cost grows with partitions x batches: one paced producer of 29,000
+# msg/s and one consumer took it from 32 to 75-81 % of a core in 10 s on 4 partitions and from 22 to
+# 41-42 % on 1 (``python -m benchmarks.broker_cost --rate 29000 --seconds 11 --partitions 4``, then
+# ``1``, twice each). A Kafka broker finds an offset in its segment index whatever the partitions.
+PARTITIONS = 1
 # Tansu answers a JoinGroup after about half the session timeout; 6 s keeps each join near 3 s
 # (only the join is shortened: it is outside every timed span). A --worker-arg overrides it.
 SESSION_TIMEOUT_MS = 6_000
@@ -111,6 +119,7 @@ class BenchConfig:
     phases: tuple[str, ...] = ("pipe", "scoring", "learning", "mixed", "latency")
     latency_rate: float | None = None  # offered docs/s in the latency phase; None: half the scoring rate
     load_linger_ms: int = LOAD_LINGER_MS
+    partitions: int = PARTITIONS
     repeats: int = 1  # pipe, scoring and latency are run this many times; the median run is reported
 
     def documents_for(self, client: str) -> int:
@@ -289,10 +298,12 @@ class Collector(threading.Thread):
         *,
         latency: bool = False,
         on_message: Callable[[bytes | None, float], None] | None = None,
+        partitions: int = PARTITIONS,
     ) -> None:
         super().__init__(daemon=True, name="bench-collector")
         self.bootstrap = bootstrap
         self.topics = list(topics)
+        self.partitions = partitions
         self.latency = latency
         self.on_message = on_message
         self.counts = dict.fromkeys(self.topics, 0)
@@ -347,7 +358,7 @@ class Collector(threading.Thread):
         try:
             consumer.assign([
                 confluent_kafka.TopicPartition(t, p, confluent_kafka.OFFSET_BEGINNING)
-                for t in self.topics for p in range(PARTITIONS)
+                for t in self.topics for p in range(self.partitions)
             ])  # fmt: skip
             self._ready.set()
             while not self._halt.is_set():
@@ -372,7 +383,7 @@ class Collector(threading.Thread):
             auto_offset_reset="earliest", fetch_max_wait_ms=10,
         )  # fmt: skip
         try:
-            consumer.assign([kafka.TopicPartition(t, p) for t in self.topics for p in range(PARTITIONS)])
+            consumer.assign([kafka.TopicPartition(t, p) for t in self.topics for p in range(self.partitions)])
             self._ready.set()
             while not self._halt.is_set():
                 polled = consumer.poll(timeout_ms=int(_COLLECT_POLL_S * 1000), max_records=10_000)
@@ -638,6 +649,7 @@ class Environment:
     linger_ms: int = 5
     max_batches_in_flight: int = 4
     load_linger_ms: int = LOAD_LINGER_MS
+    partitions: int = PARTITIONS
     # The embedded broker's process, whose CPU the latency runs report beside the runner's.
     broker_pid: int | None = None
 
@@ -645,11 +657,15 @@ class Environment:
         self.counter += 1
         return f"{phase}-{client}-{self.run_id}-{self.counter}"
 
+    def collector(self, topics: Sequence[str], **kwargs: Any) -> Collector:
+        """A :class:`Collector` of ``topics``, on every partition this run's topics have."""
+        return Collector(self.bootstrap, topics, partitions=self.partitions, **kwargs)
+
     def topics(self, prefix: str) -> Topics:
         from workers.embedded import create_topics
 
         topics = Topics.of(prefix)
-        create_topics(self.bootstrap, dict.fromkeys(topics.all(), PARTITIONS))
+        create_topics(self.bootstrap, dict.fromkeys(topics.all(), self.partitions))
         return topics
 
 
@@ -671,7 +687,7 @@ def phase_pipe(env: Environment, client: str, docs: Sequence[tuple[bytes, bytes]
     name = env.name("pipe", client)
     topics = env.topics(name)
     preload_s = preload(env.bootstrap, topics.documents, docs)
-    collector = Collector(env.bootstrap, [topics.decisions]).start_and_wait()
+    collector = env.collector([topics.decisions]).start_and_wait()
     started = time.monotonic()
     process = subprocess.run(
         _pipe_command(env, client, topics, name, len(docs)),
@@ -725,7 +741,7 @@ def phase_scoring(
     name = env.name("scoring" if profile_out is None else "profile", client)
     topics = env.topics(name)
     preload(env.bootstrap, topics.documents, docs)
-    collector = Collector(env.bootstrap, [topics.decisions, topics.dead_letters]).start_and_wait()
+    collector = env.collector([topics.decisions, topics.dead_letters]).start_and_wait()
     launched = time.time()
     worker = _worker(env, client, model, topics, name, profile_out)
     try:
@@ -821,7 +837,7 @@ def phase_mixed(
             producer.send(topics.labels, value, key=key)
             sent[0] += 1
 
-    collector = Collector(env.bootstrap, [topics.decisions, topics.dead_letters], on_message=on_decision)
+    collector = env.collector([topics.decisions, topics.dead_letters], on_message=on_decision)
     collector.start_and_wait()
     worker = _worker(env, client, model, topics, name)
     try:
@@ -921,7 +937,7 @@ def _paced(
     if len(docs) < n:
         raise ValueError(f"a latency run of {seconds} s at {rate:,.0f} docs/s needs {n:,} documents, got {len(docs):,}")
     warm = min(n - 1, int(rate * warmup_s))  # the first `warm` documents are not counted
-    collector = Collector(env.bootstrap, [topics.decisions], latency=True).start_and_wait()
+    collector = env.collector([topics.decisions], latency=True).start_and_wait()
     # Every message but its ts packed beforehand, so pacing costs the load generator little CPU
     # (the worker shares this machine's two cores with it).
     heads = [_without_ts(encode_document(DocumentMessage(doc.id, doc.tokens, None, 0))) for doc in docs[:n]]
@@ -1158,6 +1174,7 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
         "batch_max_labels": settings.batch_max_labels,
         "repeats": config.repeats,
         "load_linger_ms": config.load_linger_ms,
+        "partitions": config.partitions,
         "worker_args": list(config.worker_args),
         "clients": {},
     }
@@ -1169,7 +1186,8 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                           fetch_max_wait_ms=settings.kafka.fetch_max_wait_ms,
                           linger_ms=settings.kafka.linger_ms,
                           max_batches_in_flight=settings.max_batches_in_flight,
-                          load_linger_ms=config.load_linger_ms, broker_pid=broker.pid)  # fmt: skip
+                          load_linger_ms=config.load_linger_ms, partitions=config.partitions,
+                          broker_pid=broker.pid)  # fmt: skip
         write_s = write_model(model, env.redis_url, MODEL, settings.shards, len(train))
         results["model_write_s"] = write_s
         results["memory"] = model_memory(env.redis_url, MODEL, settings.shards, model.learner.table_specs())
@@ -1303,7 +1321,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['corpus']}; batch_max_docs {results['batch_max_docs']} (labels only: "
         f"{results.get('batch_max_labels', '-')}); worker args: "
         f"{' '.join(results['worker_args']) or '(none)'}; median of {results['repeats']} run(s) of pipe, scoring "
-        f"and latency; the latency load's producer lingers {results['load_linger_ms']} ms; {results['cpus']} CPUs, "
+        f"and latency; {results.get('partitions', PARTITIONS)} partitions a topic; the latency load's producer lingers "
+        f"{results['load_linger_ms']} ms; {results['cpus']} CPUs, "
         "load average "
         f"{results['load_average_start']:.2f} at start, {results['load_average_end']:.2f} at end",
         "",
@@ -1402,6 +1421,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="Offered docs/s in the latency phase [default: half the measured scoring rate].")
     parser.add_argument("--load-linger-ms", type=int, default=LOAD_LINGER_MS,
                         help="The latency phase's producer linger (it counts in every latency) [default: %(default)s].")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS,
+                        help="Partitions of every topic a run creates [default: %(default)s].")
     parser.add_argument("--repeats", type=int, default=1,
                         help="Runs of pipe, scoring and latency; the median run is reported [default: %(default)s].")
     parser.add_argument("--phases", default=",".join(BenchConfig.phases),
@@ -1415,6 +1436,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
     unknown = sorted(set(phases) - set(BenchConfig.phases))
+    if args.partitions < 1:
+        parser.error(f"--partitions must be at least 1; got {args.partitions}")
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1; got {args.repeats}")
     if unknown or not phases:
@@ -1432,6 +1455,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         latency_seconds=args.latency_seconds,
         latency_rate=args.latency_rate,
         load_linger_ms=args.load_linger_ms,
+        partitions=args.partitions,
         repeats=args.repeats,
         phases=phases,
         worker_args=tuple(args.worker_arg),
