@@ -1287,6 +1287,15 @@ def _machine(runs: Sequence[dict[str, Any]]) -> str:
     )
 
 
+def _partitions(n: int) -> str:
+    """How many partitions each topic has, in words.
+
+    >>> _partitions(1), _partitions(4)
+    ('1 partition', '4 partitions')
+    """
+    return f"{n} partition" + ("" if n == 1 else "s")
+
+
 def _thirds(runs: Sequence[dict[str, Any]], key: str, digits: int = 1) -> str:
     """Each run's three figures, first → last third, runs apart by commas ("–" where one is unknown)."""
     return ", ".join(" → ".join("–" if x is None else _f(x, digits) for x in r.get(key) or [None]) for r in runs)
@@ -1321,7 +1330,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['corpus']}; batch_max_docs {results['batch_max_docs']} (labels only: "
         f"{results.get('batch_max_labels', '-')}); worker args: "
         f"{' '.join(results['worker_args']) or '(none)'}; median of {results['repeats']} run(s) of pipe, scoring "
-        f"and latency; {results.get('partitions', PARTITIONS)} partitions a topic; the latency load's producer lingers "
+        f"and latency; {_partitions(results.get('partitions', 4))} a topic; the latency load's producer lingers "
         f"{results['load_linger_ms']} ms; {results['cpus']} CPUs, "
         "load average "
         f"{results['load_average_start']:.2f} at start, {results['load_average_end']:.2f} at end",

@@ -90,14 +90,14 @@ def test_every_figure_is_reported() -> None:
     assert len(results["profile"]["top"]) == 5
     table = markdown(results)
     for row in ("bare pipe", "scoring docs/s", "learning events/s", "mixed docs/s", "p50 / p95 / p99", "bare pipe at the same load",
-                "longest gc pause", "seconds counted", "in each third", "CPU, µs a document", "ts → decided_ts", "the broker's CPU", "stolen by the host", "bytes per weight", "vowpalwabbit"):  # fmt: skip
+                "longest gc pause", "seconds counted", "1 partition a topic", "in each third", "CPU, µs a document", "ts → decided_ts", "the broker's CPU", "stolen by the host", "bytes per weight", "vowpalwabbit"):  # fmt: skip
         assert row in table
     json.dumps(results, default=str)
 
 
 @pytest.mark.parametrize(
     "argv",
-    [["--phases", "scoring,warp"], ["--phases", ","], ["--phases", "latency"], ["--repeats", "0"]],
+    [["--phases", "scoring,warp"], ["--phases", ","], ["--phases", "latency"], ["--repeats", "0"], ["--partitions", "0"]],
 )
 def test_a_bad_phase_list_says_what_is_allowed(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
