@@ -298,7 +298,7 @@ class Collector(threading.Thread):
         *,
         latency: bool = False,
         on_message: Callable[[bytes | None, float], None] | None = None,
-        partitions: int = PARTITIONS,
+        partitions: int,
     ) -> None:
         super().__init__(daemon=True, name="bench-collector")
         self.bootstrap = bootstrap
@@ -1330,6 +1330,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['corpus']}; batch_max_docs {results['batch_max_docs']} (labels only: "
         f"{results.get('batch_max_labels', '-')}); worker args: "
         f"{' '.join(results['worker_args']) or '(none)'}; median of {results['repeats']} run(s) of pipe, scoring "
+        # Results saved before run 19 name no partitions: they had four.
         f"and latency; {_partitions(results.get('partitions', 4))} a topic; the latency load's producer lingers "
         f"{results['load_linger_ms']} ms; {results['cpus']} CPUs, "
         "load average "
