@@ -22,7 +22,7 @@ from stream_winnow.learners import LEARNERS
 from stream_winnow.models import connect, open_learner
 from stream_winnow.stores.cached import CachedStore
 from workers.config import DEFAULT_DECISION_SCORES, ENV_PREFIX, Topics, WorkerConfig, default_worker_id, redact_url
-from workers.transport import KafkaSettings, make_consumer, make_producer
+from workers.transport import COMPRESSIONS, KafkaSettings, make_consumer, make_producer
 
 
 def env(flag: str) -> str:
@@ -132,6 +132,8 @@ def setup_logging(fmt: str, level: str) -> None:
 @option("--linger-ms", type=click.IntRange(min=0), default=5, show_default=True,
         help="How long decisions wait to fill a produce batch; it is in every decision's latency "
              "(longer: fewer, larger batches, less broker work).")
+@option("--compression", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
+        help="Codec of the decision batches this worker produces (documents are read in any codec).")
 @option("--max-batches-in-flight", type=click.IntRange(min=0), default=4, show_default=True,
         help="Batches whose decisions may await the broker's acknowledgement while the next is processed "
              "(0: wait for each); a crash repeats at most this many + 1.")
@@ -174,6 +176,7 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
         session_timeout_ms=flags["session_timeout_ms"],
         fetch_max_wait_ms=flags["fetch_max_wait_ms"],
         linger_ms=flags["linger_ms"],
+        compression=flags["compression"],
     )
     return WorkerConfig(
         kafka=kafka,

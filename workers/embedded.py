@@ -447,6 +447,11 @@ class EmbeddedRedis(_Handle):
         auth = f":{quote(self._password, safe='')}@" if self._password is not None else ""
         return f"redis://{auth}{self.host}:{self.port}/0"
 
+    @property
+    def pid(self) -> int:
+        """The redis-server's process id."""
+        return self._service.pid
+
     def stop(self) -> None:
         self._service.stop()
 

@@ -13,6 +13,7 @@ from kafka import KafkaAdminClient
 from stream_winnow.errors import ConfigError, TransportError
 from workers.embedded import create_topics, start_broker
 from workers.transport import (
+    COMPRESSIONS,
     Consumer,
     KafkaSettings,
     Record,
@@ -371,3 +372,26 @@ def test_an_asynchronous_commit_is_held_by_the_group(
         while held_offsets(settings, group_id) != done and time.monotonic() < deadline:
             consumer.poll_batch(timeout_ms=100)  # serves the commit's answer
         assert held_offsets(settings, group_id) == done
+
+
+@pytest.mark.integration
+def test_every_codec_written_by_either_client_is_read_by_both(
+    kafka_settings: SettingsFactory, topic_factory: Callable[..., str], group_id: str
+) -> None:
+    topic = topic_factory(partitions=1)
+    sent: set[bytes] = set()
+    for codec in COMPRESSIONS:
+        for client in CLIENTS:
+            values = [b"%s %s %03d " % (codec.encode(), client.encode(), i) + b"token " * 40 for i in range(50)]
+            with make_producer(kafka_settings(compression=codec), client) as producer:  # type: ignore[arg-type]
+                producer.send_many(topic, values, [v[:12] for v in values])
+                producer.flush(timeout_ms=20_000)
+            sent.update(values)
+    for client in CLIENTS:
+        records = read_back(kafka_settings(), client, topic, f"{group_id}-{client}", len(sent))
+        assert sorted(r.value for r in records) == sorted(sent)
+
+
+def test_an_unknown_codec_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="compression must be one of none, gzip, snappy, lz4, zstd"):
+        KafkaSettings("b:9092", compression="brotli")  # type: ignore[arg-type]

@@ -10,7 +10,9 @@ from typing import get_args
 
 from stream_winnow.errors import ConfigError
 from workers.transport.base import (
+    COMPRESSIONS,
     Client,
+    Compression,
     Consumer,
     Delivery,
     KafkaSettings,
@@ -23,7 +25,9 @@ from workers.transport.base import (
 )
 
 __all__ = [
+    "COMPRESSIONS",
     "Client",
+    "Compression",
     "Consumer",
     "Delivery",
     "KafkaSettings",

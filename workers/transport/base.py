@@ -30,7 +30,9 @@ from typing import Any, Literal, NamedTuple, Self
 from stream_winnow.errors import ConfigError
 
 __all__ = [
+    "COMPRESSIONS",
     "Client",
+    "Compression",
     "Consumer",
     "Delivery",
     "KafkaSettings",
@@ -45,6 +47,10 @@ __all__ = [
 Client = Literal["kafka-python", "confluent"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+# Kafka's batch codecs; both clients write and read all four (kafka-python through lz4, zstandard and
+# python-snappy, which are dependencies so that a worker reads whatever its producers chose).
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+COMPRESSIONS: tuple[Compression, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
 
 #: (topic, partition)
 TopicPartition = tuple[str, int]
@@ -134,6 +140,8 @@ class KafkaSettings:
     # flush() gives up (TransportError) after this, so a dead broker stops a worker within
     # 30 s instead of the clients' default two minutes.
     delivery_timeout_ms: int = 30_000
+    # Codec of the record batches this client produces (consumers read any codec whatever this says).
+    compression: Compression = "none"
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
@@ -153,6 +161,8 @@ class KafkaSettings:
         for name in ("fetch_max_wait_ms", "linger_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.compression not in COMPRESSIONS:
+            raise ConfigError(f"compression must be one of {', '.join(COMPRESSIONS)}; got {self.compression!r}")
 
 
 class _ClosedOnExit(ABC):

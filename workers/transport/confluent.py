@@ -296,6 +296,7 @@ class ConfluentProducer(Producer):
             "enable.idempotence": s.enable_idempotence,
             "linger.ms": s.linger_ms,
             "batch.size": s.batch_size_bytes,
+            "compression.type": s.compression,
             "message.timeout.ms": s.delivery_timeout_ms,
             # Kafka's default partition of a key (Java's, and kafka-python's): a document's decisions
             # land on the same partition whichever client produced them. librdkafka's default,

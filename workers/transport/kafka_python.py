@@ -299,6 +299,7 @@ class KafkaPythonProducer(Producer):
                 enable_idempotence=s.enable_idempotence,
                 linger_ms=s.linger_ms,
                 batch_size=s.batch_size_bytes,
+                compression_type=None if s.compression == "none" else s.compression,
                 delivery_timeout_ms=max(s.delivery_timeout_ms, request_timeout_ms + s.linger_ms),
                 request_timeout_ms=request_timeout_ms,
                 max_block_ms=min(_MAX_BLOCK_MS, s.delivery_timeout_ms),
