@@ -119,6 +119,7 @@ class BenchConfig:
     phases: tuple[str, ...] = ("pipe", "scoring", "learning", "mixed", "latency")
     latency_rate: float | None = None  # offered docs/s in the latency phase; None: half the scoring rate
     load_linger_ms: int = LOAD_LINGER_MS
+    load_compression: str = "none"  # codec of the documents' and labels' producers (pre-loading, the load)
     partitions: int = PARTITIONS
     repeats: int = 1  # pipe, scoring and latency are run this many times; the median run is reported
 
@@ -262,19 +263,21 @@ def model_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> di
 # Kafka helpers: pre-loading, the collector
 
 
-def _settings(bootstrap: str, client_id: str, batch: int = 500) -> Any:
+def _settings(bootstrap: str, client_id: str, batch: int = 500, compression: str = "none") -> Any:
     from workers.transport import KafkaSettings
 
     # The measuring side never adds latency of its own: fetches return after at most 5 ms.
     return KafkaSettings(bootstrap, client_id=client_id, max_poll_records=batch, session_timeout_ms=SESSION_TIMEOUT_MS,
-                         fetch_max_wait_ms=5)
+                         fetch_max_wait_ms=5, compression=compression)  # type: ignore[arg-type]
 
 
-def preload(bootstrap: str, topic: str, values: Sequence[tuple[bytes, bytes]]) -> float:
-    """Produce (key, value) pairs into ``topic`` and wait for the acks; returns the seconds taken."""
+def preload(bootstrap: str, topic: str, values: Sequence[tuple[bytes, bytes]], compression: str = "none") -> float:
+    """Produce (key, value) pairs into ``topic`` in batches of codec ``compression``, and wait for the acks;
+    returns the seconds taken."""
     from workers.transport import make_producer
 
-    producer = make_producer(_settings(bootstrap, "bench-preload"), _helper_client())  # type: ignore[arg-type]
+    producer = make_producer(_settings(bootstrap, "bench-preload", compression=compression),
+                             _helper_client())  # type: ignore[arg-type]
     started = time.perf_counter()
     try:
         for key, value in values:
@@ -557,7 +560,7 @@ def _pipe_main(spec: dict[str, Any]) -> None:
     from workers.transport import make_consumer, make_producer
     from workers.transport.in_flight import InFlight
 
-    settings = _settings(spec["bootstrap"], "bench-pipe", spec["batch"])
+    settings = _settings(spec["bootstrap"], "bench-pipe", spec["batch"], spec.get("compression", "none"))
     settings = replace(settings, session_timeout_ms=spec["session_timeout_ms"],
                        fetch_max_wait_ms=spec.get("fetch_max_wait_ms", settings.fetch_max_wait_ms),
                        linger_ms=spec.get("linger_ms", settings.linger_ms))  # fmt: skip
@@ -650,8 +653,12 @@ class Environment:
     max_batches_in_flight: int = 4
     load_linger_ms: int = LOAD_LINGER_MS
     partitions: int = PARTITIONS
-    # The embedded broker's process, whose CPU the latency runs report beside the runner's.
+    # Codecs of the worker's decision batches (the bare pipe's too), and of the documents' and labels' producers.
+    compression: str = "none"
+    load_compression: str = "none"
+    # The embedded broker's and Redis's processes, whose CPU the latency runs report beside the runner's.
     broker_pid: int | None = None
+    redis_pid: int | None = None
 
     def name(self, phase: str, client: str) -> str:
         self.counter += 1
@@ -686,7 +693,7 @@ def _rate(n: int, seconds: float) -> float:
 def phase_pipe(env: Environment, client: str, docs: Sequence[tuple[bytes, bytes]]) -> dict[str, Any]:
     name = env.name("pipe", client)
     topics = env.topics(name)
-    preload_s = preload(env.bootstrap, topics.documents, docs)
+    preload_s = preload(env.bootstrap, topics.documents, docs, env.load_compression)
     collector = env.collector([topics.decisions]).start_and_wait()
     started = time.monotonic()
     process = subprocess.run(
@@ -722,7 +729,7 @@ def _pipe_command(
         "bootstrap": env.bootstrap, "client": client, "in_topic": topics.documents, "out_topic": topics.decisions,
         "group": group, "batch": env.batch, "expected": expected, "session_timeout_ms": SESSION_TIMEOUT_MS,
         "fetch_max_wait_ms": env.fetch_max_wait_ms, "linger_ms": env.linger_ms, "announce": announce,
-        "max_batches_in_flight": env.max_batches_in_flight,
+        "max_batches_in_flight": env.max_batches_in_flight, "compression": env.compression,
     }  # fmt: skip
     return [sys.executable, "-m", "benchmarks.service", "_pipe", json.dumps(spec)]
 
@@ -740,7 +747,7 @@ def phase_scoring(
 ) -> dict[str, Any]:
     name = env.name("scoring" if profile_out is None else "profile", client)
     topics = env.topics(name)
-    preload(env.bootstrap, topics.documents, docs)
+    preload(env.bootstrap, topics.documents, docs, env.load_compression)
     collector = env.collector([topics.decisions, topics.dead_letters]).start_and_wait()
     launched = time.time()
     worker = _worker(env, client, model, topics, name, profile_out)
@@ -766,7 +773,7 @@ def phase_scoring(
 def phase_learning(env: Environment, client: str, model: str, events: Sequence[tuple[bytes, bytes]]) -> dict[str, Any]:
     name = env.name("learning", client)
     topics = env.topics(name)
-    preload(env.bootstrap, topics.labels, events)
+    preload(env.bootstrap, topics.labels, events, env.load_compression)
     worker = _worker(env, client, model, topics, name)
     n = len(events)
     version_before = _model_version(env.redis_url, model)
@@ -827,8 +834,9 @@ def phase_mixed(
 
     name = env.name("mixed", client)
     topics = env.topics(name)
-    preload(env.bootstrap, topics.documents, docs)
-    producer = make_producer(_settings(env.bootstrap, "bench-labels"), _helper_client())  # type: ignore[arg-type]
+    preload(env.bootstrap, topics.documents, docs, env.load_compression)
+    producer = make_producer(_settings(env.bootstrap, "bench-labels", compression=env.load_compression),
+                             _helper_client())  # type: ignore[arg-type]
     sent = [0]
 
     def on_decision(key: bytes | None, now_s: float) -> None:
@@ -952,7 +960,7 @@ def _paced(
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
         )  # fmt: skip
         check = lambda: None  # noqa: E731
-    load = replace(_settings(env.bootstrap, "bench-load"), linger_ms=env.load_linger_ms)
+    load = replace(_settings(env.bootstrap, "bench-load", compression=env.load_compression), linger_ms=env.load_linger_ms)
     producer = make_producer(load, _helper_client())  # type: ignore[arg-type]
     try:
         if isinstance(runner, WorkerProcess):
@@ -973,7 +981,7 @@ def _paced(
                 ts_ms = _now_ms()
                 if sent in thirds:  # the first of them is `warm`, the first counted document
                     if sent == warm:
-                        counted_from_ms, usage_from = ts_ms, _usage(runner.pid, env.broker_pid)
+                        counted_from_ms, usage_from = ts_ms, _usage(runner.pid, env.broker_pid, env.redis_pid)
                     marks.append((time.perf_counter(), _broker_s(env.broker_pid), ts_ms))
                 producer.send(topics.documents, heads[sent] + msgpack.packb(ts_ms), key=keys[sent])
                 sent += 1
@@ -982,7 +990,7 @@ def _paced(
         offered_s = marks[-1][0] - marks[0][0]
         producer.flush()
         collector.wait_for(n, env.timeout_s, check)
-        usage_to = _usage(runner.pid, env.broker_pid)
+        usage_to = _usage(runner.pid, env.broker_pid, env.redis_pid)
     finally:
         producer.close()
         if isinstance(runner, WorkerProcess):
@@ -1026,6 +1034,8 @@ def _paced(
         # they pass), and the whole machine's: % of all its CPUs busy, and % stolen by the host.
         "cpu_us_per_document": _per_document_us(usage_from.runner_s, usage_to.runner_s, counted),
         "broker_cpu_us_per_document": _per_document_us(usage_from.broker_s, usage_to.broker_s, counted),
+        "redis_cpu_us_per_document": _per_document_us(usage_from.redis_s, usage_to.redis_s, counted),
+        "harness_cpu_us_per_document": _per_document_us(usage_from.harness_s, usage_to.harness_s, counted),
         "machine_busy_percent": _share(usage_from.machine, usage_to.machine, 1),
         "machine_steal_percent": _share(usage_from.machine, usage_to.machine, 2),
         # p50 and p99 of each part (the worker's decisions only): ts to decided_ts, decided_ts to arrival.
@@ -1055,22 +1065,25 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 class _Usage(NamedTuple):
-    """CPU used so far: by the runner and the broker (seconds), and the machine's ticks (``broker_cost.machine_ticks``).
-    None where ``/proc`` cannot tell."""
+    """CPU used so far (seconds): by the runner, the broker, Redis and this process (the load generator and
+    the collector); and the machine's ticks (``broker_cost.machine_ticks``). None where ``/proc`` cannot tell."""
 
     runner_s: float | None
     broker_s: float | None
     machine: tuple[int, int, int] | None
+    redis_s: float | None = None
+    harness_s: float | None = None
 
 
-def _usage(runner_pid: int, broker_pid: int | None) -> _Usage:
+def _usage(runner_pid: int, broker_pid: int | None, redis_pid: int | None = None) -> _Usage:
     from benchmarks.broker_cost import machine_ticks
 
     try:
         machine: tuple[int, int, int] | None = machine_ticks()
     except (OSError, ValueError):
         machine = None
-    return _Usage(cpu_seconds(runner_pid), _broker_s(broker_pid), machine)
+    return _Usage(cpu_seconds(runner_pid), _broker_s(broker_pid), machine, _broker_s(redis_pid),
+                  cpu_seconds(os.getpid()))  # fmt: skip
 
 
 def _per_document_us(start_s: float | None, end_s: float | None, documents: int) -> float | None:
@@ -1174,6 +1187,8 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
         "batch_max_labels": settings.batch_max_labels,
         "repeats": config.repeats,
         "load_linger_ms": config.load_linger_ms,
+        "load_compression": config.load_compression,
+        "compression": settings.kafka.compression,
         "partitions": config.partitions,
         "worker_args": list(config.worker_args),
         "clients": {},
@@ -1187,7 +1202,8 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                           linger_ms=settings.kafka.linger_ms,
                           max_batches_in_flight=settings.max_batches_in_flight,
                           load_linger_ms=config.load_linger_ms, partitions=config.partitions,
-                          broker_pid=broker.pid)  # fmt: skip
+                          compression=settings.kafka.compression, load_compression=config.load_compression,
+                          broker_pid=broker.pid, redis_pid=redis_server.pid)  # fmt: skip
         write_s = write_model(model, env.redis_url, MODEL, settings.shards, len(train))
         results["model_write_s"] = write_s
         results["memory"] = model_memory(env.redis_url, MODEL, settings.shards, model.learner.table_specs())
@@ -1275,7 +1291,7 @@ def _f(value: float, digits: int = 0) -> str:
 
 
 def _cpu(runs: Sequence[dict[str, Any]], key: str = "cpu_us_per_document") -> str:
-    """Each run's CPU µs a document (``key``: the runner's, or the broker's), in run order ("–" where /proc could not tell)."""
+    """Each run's CPU µs a document (``key``: the runner's, the broker's, Redis's or the harness's), in run order ("–" where /proc could not tell)."""
     return ", ".join("–" if r.get(key) is None else f"{r[key]:.1f}" for r in runs)
 
 
@@ -1332,7 +1348,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"{' '.join(results['worker_args']) or '(none)'}; median of {results['repeats']} run(s) of pipe, scoring "
         # Results saved before run 19 name no partitions: they had four.
         f"and latency; {_partitions(results.get('partitions', 4))} a topic; the latency load's producer lingers "
-        f"{results['load_linger_ms']} ms; {results['cpus']} CPUs, "
+        f"{results['load_linger_ms']} ms; batches compressed: documents and labels "
+        f"{results.get('load_compression', 'none')}, decisions {results.get('compression', 'none')}; "
+        f"{results['cpus']} CPUs, "
         "load average "
         f"{results['load_average_start']:.2f} at start, {results['load_average_end']:.2f} at end",
         "",
@@ -1375,6 +1393,12 @@ def markdown(results: dict[str, Any]) -> str:
         ("latency: the broker's CPU, µs a document, in the worker's / the bare pipe's runs",
          lambda c: f"{_cpu(c['latency_runs'], 'broker_cpu_us_per_document')} / "
                    f"{_cpu(c['pipe_latency_runs'], 'broker_cpu_us_per_document')}"),
+        ("latency: Redis's / the load generator and collector's CPU, µs a document, in the worker's runs; "
+         "the bare pipe's",
+         lambda c: f"{_cpu(c['latency_runs'], 'redis_cpu_us_per_document')} / "
+                   f"{_cpu(c['latency_runs'], 'harness_cpu_us_per_document')}; "
+                   f"{_cpu(c['pipe_latency_runs'], 'redis_cpu_us_per_document')} / "
+                   f"{_cpu(c['pipe_latency_runs'], 'harness_cpu_us_per_document')}"),
         ("latency: the machine's CPUs busy / stolen by the host, %, in the worker's runs; the bare pipe's",
          lambda c: f"{_machine(c['latency_runs'])}; {_machine(c['pipe_latency_runs'])}"),
         ("latency runs: this process's longest gc pause, ms",
@@ -1431,6 +1455,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="Offered docs/s in the latency phase [default: half the measured scoring rate].")
     parser.add_argument("--load-linger-ms", type=int, default=LOAD_LINGER_MS,
                         help="The latency phase's producer linger (it counts in every latency) [default: %(default)s].")
+    parser.add_argument("--load-compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), default="none",
+                        help="Codec of the documents' and labels' producers (a worker's own is --worker-arg="
+                             "--compression=...) [default: %(default)s].")
     parser.add_argument("--partitions", type=int, default=PARTITIONS,
                         help="Partitions of every topic a run creates [default: %(default)s].")
     parser.add_argument("--repeats", type=int, default=1,
@@ -1465,6 +1492,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         latency_seconds=args.latency_seconds,
         latency_rate=args.latency_rate,
         load_linger_ms=args.load_linger_ms,
+        load_compression=args.load_compression,
         partitions=args.partitions,
         repeats=args.repeats,
         phases=phases,

@@ -44,8 +44,12 @@ def test_every_figure_is_reported() -> None:
         profile_top=5,
         timeout_s=120.0,
         command="pytest",
+        # Compressed batches through every phase: documents and labels in zstd, decisions in lz4.
+        load_compression="zstd",
+        worker_args=("--compression=lz4",),
     )
     results = run_benchmark(config)
+    assert (results["load_compression"], results["compression"]) == ("zstd", "lz4")
     figures = results["clients"][client]
     finite = [
         figures["pipe"]["per_s"],
@@ -67,7 +71,8 @@ def test_every_figure_is_reported() -> None:
     # Linux: the worker's and the pipe's CPU over the counted documents, read from /proc (in clock ticks of
     # 10 ms: a run this short may use less than one).
     runs = figures["latency_runs"] + figures["pipe_latency_runs"]
-    cpu = [run[key] for run in runs for key in ("cpu_us_per_document", "broker_cpu_us_per_document")]
+    cpu = [run[key] for run in runs for key in ("cpu_us_per_document", "broker_cpu_us_per_document",
+                                                "redis_cpu_us_per_document", "harness_cpu_us_per_document")]
     assert all(isinstance(x, float) and x >= 0 for x in cpu), cpu
     # The worker's decisions carry decided_ts: the latency splits at it (both parts at least 0 ms,
     # the clock being one); the bare pipe's messages have none.
