@@ -1108,8 +1108,11 @@ class _LoadProducer:
                                  f"{self._errors[:1]}")  # fmt: skip
 
     def close(self) -> None:
+        """Release the client now: librdkafka's producer and its failure callback refer to each other, so
+        without this it lived on until a garbage collection, reconnecting to a broker already stopped."""
         if self._producer is not None:
             self._producer.close()
+        self._raw = None
 
 
 def _broker_s(broker_pid: int | None) -> float | None:
