@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workers.embedded import create_topics, start_broker
+from workers.transport import COMPRESSIONS
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _MESSAGE = b"x" * 600  # about a tokenised Reuters document
@@ -145,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-idempotence", action="store_true")
     parser.add_argument("--history-producers", type=int, default=0,
                         help="First leave this many idempotent producers, each with its own topic, on the broker.")
-    parser.add_argument("--compression", choices=("none", "lz4", "zstd", "snappy", "gzip"), default="none",
+    parser.add_argument("--compression", choices=COMPRESSIONS, default="none",
                         help="The producer's batch compression [default: none].")
     args = parser.parse_args(argv)
     for name in ("rate", "seconds", "partitions"):

@@ -60,6 +60,7 @@ import numpy as np
 from stream_winnow.codec import DocumentMessage, LabelledEvent, encode_document, encode_labelled_event
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import TransportError
+from workers.transport import COMPRESSIONS
 
 __all__ = ["BenchConfig", "main", "run_benchmark"]
 
@@ -985,12 +986,12 @@ def _paced(
                 if sent in thirds:  # the first of them is `warm`, the first counted document
                     if sent == warm:
                         counted_from_ms, usage_from = ts_ms, _usage(runner.pid, env.broker_pid, env.redis_pid)
-                    marks.append((time.perf_counter(), _broker_s(env.broker_pid), ts_ms))
+                    marks.append((time.perf_counter(), _cpu_s(env.broker_pid), ts_ms))
                 send(heads[sent] + packed_ts, keys[sent])
                 sent += 1
             producer.poll()
             time.sleep(_PACE_TICK_S)
-        marks.append((time.perf_counter(), _broker_s(env.broker_pid), _now_ms()))
+        marks.append((time.perf_counter(), _cpu_s(env.broker_pid), _now_ms()))
         offered_s = marks[-1][0] - marks[0][0]
         producer.flush()
         collector.wait_for(n, env.timeout_s, check)
@@ -1066,19 +1067,16 @@ class _LoadProducer:
     """
 
     def __init__(self, settings: Any) -> None:
-        self.settings = settings
         self._errors: list[Any] = []
         self._raw: Any = None
         self._producer: Any = None
         if _helper_client() == "confluent":
             import confluent_kafka
 
-            from workers.transport.confluent import client_configs
+            from workers.transport.confluent import producer_configs
 
             self._raw = confluent_kafka.Producer({
-                **client_configs(settings), "acks": "all", "enable.idempotence": True,
-                "linger.ms": settings.linger_ms, "batch.size": settings.batch_size_bytes,
-                "compression.type": settings.compression, "partitioner": "murmur2_random",
+                **producer_configs(settings),
                 "delivery.report.only.error": True, "on_delivery": lambda error, _message: self._errors.append(error),
             })  # fmt: skip
         else:
@@ -1115,9 +1113,9 @@ class _LoadProducer:
         self._raw = None
 
 
-def _broker_s(broker_pid: int | None) -> float | None:
-    """The broker's CPU seconds so far (None where /proc cannot tell)."""
-    return None if broker_pid is None else cpu_seconds(broker_pid)
+def _cpu_s(pid: int | None) -> float | None:
+    """CPU seconds so far of process ``pid`` (the broker's, Redis's); None where it is unknown or /proc cannot tell."""
+    return None if pid is None else cpu_seconds(pid)
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -1137,19 +1135,18 @@ class _Usage(NamedTuple):
     runner_s: float | None
     broker_s: float | None
     machine: tuple[int, int, int] | None
-    redis_s: float | None = None
-    harness_s: float | None = None
+    redis_s: float | None
+    harness_s: float | None
 
 
-def _usage(runner_pid: int, broker_pid: int | None, redis_pid: int | None = None) -> _Usage:
+def _usage(runner_pid: int, broker_pid: int | None, redis_pid: int | None) -> _Usage:
     from benchmarks.broker_cost import machine_ticks
 
     try:
         machine: tuple[int, int, int] | None = machine_ticks()
     except (OSError, ValueError):
         machine = None
-    return _Usage(cpu_seconds(runner_pid), _broker_s(broker_pid), machine, _broker_s(redis_pid),
-                  cpu_seconds(os.getpid()))  # fmt: skip
+    return _Usage(cpu_seconds(runner_pid), _cpu_s(broker_pid), machine, _cpu_s(redis_pid), cpu_seconds(os.getpid()))
 
 
 def _per_document_us(start_s: float | None, end_s: float | None, documents: int) -> float | None:
@@ -1521,7 +1518,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="Offered docs/s in the latency phase [default: half the measured scoring rate].")
     parser.add_argument("--load-linger-ms", type=int, default=LOAD_LINGER_MS,
                         help="The latency phase's producer linger (it counts in every latency) [default: %(default)s].")
-    parser.add_argument("--load-compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), default="none",
+    parser.add_argument("--load-compression", choices=COMPRESSIONS, default="none",
                         help="Codec of the documents' and labels' producers (a worker's own is --worker-arg="
                              "--compression=...) [default: %(default)s].")
     parser.add_argument("--partitions", type=int, default=PARTITIONS,

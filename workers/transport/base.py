@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, NamedTuple, Self
+from typing import Any, Literal, NamedTuple, Self, get_args
 
 from stream_winnow.errors import ConfigError
 
@@ -50,7 +50,7 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 # Kafka's batch codecs; both clients write and read all four (kafka-python through lz4, zstandard and
 # python-snappy, which are dependencies so that a worker reads whatever its producers chose).
 Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
-COMPRESSIONS: tuple[Compression, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
+COMPRESSIONS: tuple[Compression, ...] = get_args(Compression)
 
 #: (topic, partition)
 TopicPartition = tuple[str, int]

@@ -67,6 +67,24 @@ def client_configs(settings: KafkaSettings) -> dict[str, Any]:
     return configs
 
 
+def producer_configs(settings: KafkaSettings) -> dict[str, Any]:
+    """The librdkafka configuration of a producer with ``settings``: batching, acknowledgements, partitioner."""
+    s = settings
+    return {
+        **client_configs(s),
+        "acks": s.acks,
+        "enable.idempotence": s.enable_idempotence,
+        "linger.ms": s.linger_ms,
+        "batch.size": s.batch_size_bytes,
+        "compression.type": s.compression,
+        "message.timeout.ms": s.delivery_timeout_ms,
+        # Kafka's default partition of a key (Java's, and kafka-python's): a document's decisions
+        # land on the same partition whichever client produced them. librdkafka's default,
+        # consistent_random, hashes keys with CRC32 instead.
+        "partitioner": "murmur2_random",
+    }
+
+
 def _log_error(error: Any) -> None:
     log.warning("librdkafka: %s", error)
 
@@ -286,27 +304,13 @@ class ConfluentProducer(Producer):
         self._lock = threading.Lock()
         self._unpolled_sends = 0
         self._sends = _Sends(self)
-        s = settings
         # librdkafka reports every message to the callback its send() named (its checkpoint's):
         # about 0.5 µs a message here, against the 8 ms a batch of a few hundred decisions waited
         # in flush() for its acknowledgements before checkpoints (py-spy of a worker at 12,000/s).
-        configs = {
-            **client_configs(s),
-            "acks": s.acks,
-            "enable.idempotence": s.enable_idempotence,
-            "linger.ms": s.linger_ms,
-            "batch.size": s.batch_size_bytes,
-            "compression.type": s.compression,
-            "message.timeout.ms": s.delivery_timeout_ms,
-            # Kafka's default partition of a key (Java's, and kafka-python's): a document's decisions
-            # land on the same partition whichever client produced them. librdkafka's default,
-            # consistent_random, hashes keys with CRC32 instead.
-            "partitioner": "murmur2_random",
-        }
         try:
-            self._producer: confluent_kafka.Producer | None = confluent_kafka.Producer(configs)
+            self._producer: confluent_kafka.Producer | None = confluent_kafka.Producer(producer_configs(settings))
         except confluent_kafka.KafkaException as exc:
-            raise TransportError(f"cannot create a producer for {s.bootstrap_servers}: {exc}") from exc
+            raise TransportError(f"cannot create a producer for {settings.bootstrap_servers}: {exc}") from exc
 
     def send(self, topic: str, value: bytes, key: bytes | None = None) -> None:
         producer = self._producer
