@@ -17,6 +17,9 @@ from numba import njit
 
 __all__ = ["rows_product"]
 
+# Matrices summed as they are (a float32 one, the scoring view, reads half the bytes); others become float64.
+_MATRIX_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
 
 @njit(cache=True, nogil=True)
 def _rows_product(
@@ -38,8 +41,9 @@ def rows_product(indptr: np.ndarray, rows: np.ndarray, strengths: np.ndarray, ma
     """Per document ``i``, ``sum(strengths[j] * matrix[rows[j]] for j in indptr[i]:indptr[i+1])``.
 
     ``indptr`` (int64, documents + 1), ``rows`` (ints, one per entry, each a row of ``matrix``)
-    and ``strengths`` (float64, one per entry) are CSR-like; ``matrix`` is 2-D. Returns
-    (documents × ``matrix``'s columns) float64.
+    and ``strengths`` (float64, one per entry) are CSR-like; ``matrix`` is 2-D, float32 or
+    float64 (read as it is; the products are float64 either way). Returns (documents ×
+    ``matrix``'s columns) float64.
 
     >>> matrix = np.array([[1.0, 2.0], [10.0, 20.0], [100.0, 200.0]])
     >>> rows_product(np.array([0, 2, 3]), np.array([2, 0, 1]), np.array([0.5, 2.0, 1.0]), matrix).tolist()
@@ -49,5 +53,5 @@ def rows_product(indptr: np.ndarray, rows: np.ndarray, strengths: np.ndarray, ma
         np.ascontiguousarray(indptr, dtype=np.int64),
         np.ascontiguousarray(rows, dtype=np.int64),
         np.ascontiguousarray(strengths, dtype=np.float64),
-        np.ascontiguousarray(matrix, dtype=np.float64),
+        matrix if matrix.dtype in _MATRIX_DTYPES and matrix.flags.c_contiguous else np.ascontiguousarray(matrix, np.float64),
     )

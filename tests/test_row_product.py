@@ -59,3 +59,13 @@ def test_cached_margins_equal_the_gathered_ones_exactly() -> None:
     learner.store = CachedStore(learner.store)
     learner.store.prefetch()
     np.testing.assert_array_equal(learner.margins_many(batch), before - learner.theta)
+
+
+def test_a_float32_matrix_is_read_as_it_is_and_summed_in_float64() -> None:
+    """The scoring view is float32: its products are those of its values as float64, not of a rounded sum."""
+    rng = np.random.default_rng(3)
+    matrix = rng.standard_normal((50, 7)).astype(np.float32)
+    indptr, rows, strengths = np.array([0, 3, 3, 8]), rng.integers(0, 50, 8), rng.random(8) * 3
+    got = rows_product(indptr, rows, strengths, matrix)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, rows_product(indptr, rows, strengths, matrix.astype(np.float64)))

@@ -331,9 +331,12 @@ def test_margins_from_the_kept_view_equal_margins_from_the_rows(redis_url: str) 
         assert learner.discard().discarded > 0  # discarded features must score 0 on both paths
         batch = learner.featurizer.transform_many([d.tokens for d in docs[400:]])
         from_rows = Learner.margins_many(learner, batch)
-        np.testing.assert_allclose(learner.margins_many(batch), from_rows, rtol=1e-12, atol=1e-12, err_msg=name)
+        uncached = learner.margins_many(batch)
+        # The view is float32 (one more rounding of positive - negative, a relative 6e-8 a weight):
+        # the margins are close to the float64 rows' and the same, to the bit, cached or not.
+        np.testing.assert_allclose(uncached, from_rows, rtol=1e-6, atol=1e-6, err_msg=name)
         learner.store = CachedStore(learner.store)
-        np.testing.assert_allclose(learner.margins_many(batch), from_rows, rtol=1e-12, atol=1e-12, err_msg=name)
+        np.testing.assert_array_equal(learner.margins_many(batch), uncached, err_msg=name)
 
 
 class _CountingCounters:
