@@ -27,7 +27,9 @@ is installed, whatever client is measured, so that they are never the bottleneck
         --documents 50000 --worker-arg=--max-staleness-ms=1000 --json
 
 Also reported: Redis memory of the trained model, and the in-process prequential docs/s of our
-learner and of Vowpal Wabbit on the 90-category stream (not repeated). ``--profile`` runs one
+learner and of Vowpal Wabbit on the 90-category stream (not repeated), and of River on its first
+2,000 documents (one Perceptron per category scores a dict at a time: about 160 docs/s at 90
+categories, so the whole stream would take over a minute). ``--profile`` runs one
 more (untimed) scoring pass under cProfile and prints the top functions by own time.
 """
 
@@ -65,6 +67,8 @@ from workers.transport import COMPRESSIONS
 __all__ = ["BenchConfig", "main", "run_benchmark"]
 
 MODEL = "bench"
+# River's peer runs on the stream's first documents only (about 160 docs/s at 90 categories).
+RIVER_PEER_DOCS = 2_000
 # Partitions of every topic a run creates: one, as each pod of a group with as many partitions as pods
 # consumes (``--partitions 4`` gives one worker four pods' partitions). Tansu 0.6 lists every batch a
 # partition holds on each fetch that finds data, and a keyed producer makes a batch per partition per
@@ -1189,20 +1193,28 @@ def _short_path(filename: str) -> str:
 
 
 def run_peers(stream: Sequence[LabelledDocument]) -> dict[str, Any]:
-    """In-process prequential docs/s of our learner and of VW on the (not repeated) stream."""
+    """In-process prequential docs/s of our learner and of VW on the (not repeated) stream, and of River
+    on its first ``RIVER_PEER_DOCS`` documents (as ``python -m benchmarks.peers`` runs it)."""
+    from benchmarks.peers import run_river_prequential, run_vw_prequential
     from stream_winnow.evaluation.runs import categories_of, prequential
     from stream_winnow.learners import build_learner
 
     out: dict[str, Any] = {}
     result = prequential(build_learner("balanced-winnow"), stream)
     out["stream_winnow balanced-winnow"] = {"per_s": result.docs_per_second, "micro_f1": result.report.micro_f1}
-    try:
-        from benchmarks.peers import run_vw_prequential
-
-        vw = run_vw_prequential(stream, categories_of(stream))
-        out["vowpalwabbit --multilabel_oaa"] = {"per_s": vw.docs_per_second, "micro_f1": vw.micro_f1}
-    except ImportError as error:
-        out["vowpalwabbit --multilabel_oaa"] = {"per_s": float("nan"), "micro_f1": float("nan"), "note": str(error)}
+    categories = categories_of(stream)
+    peers = {
+        "vowpalwabbit --multilabel_oaa": partial(run_vw_prequential, stream, categories),
+        f"river linear_model.Perceptron, one per category (first {RIVER_PEER_DOCS:,} documents)": partial(
+            run_river_prequential, stream, categories, max_docs=RIVER_PEER_DOCS
+        ),
+    }
+    for name, run in peers.items():
+        try:
+            peer = run()
+            out[name] = {"per_s": peer.docs_per_second, "micro_f1": peer.micro_f1}
+        except ImportError as error:  # the extra `bench` is not installed
+            out[name] = {"per_s": float("nan"), "micro_f1": float("nan"), "note": str(error)}
     return out
 
 
