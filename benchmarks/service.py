@@ -28,8 +28,8 @@ is installed, whatever client is measured, so that they are never the bottleneck
 
 Also reported: Redis memory of the trained model, and the in-process prequential docs/s of our
 learner and of Vowpal Wabbit on the 90-category stream (not repeated), and of River on its first
-2,000 documents (one Perceptron per category scores a dict at a time: about 160 docs/s at 90
-categories, so the whole stream would take over a minute). ``--profile`` runs one
+2,000 documents (one Perceptron per category scores a dict at a time: 160-310 docs/s at 90
+categories, so the whole stream would take up to a minute). ``--profile`` runs one
 more (untimed) scoring pass under cProfile and prints the top functions by own time.
 """
 
@@ -67,8 +67,6 @@ from workers.transport import COMPRESSIONS
 __all__ = ["BenchConfig", "main", "run_benchmark"]
 
 MODEL = "bench"
-# River's peer runs on the stream's first documents only (about 160 docs/s at 90 categories).
-RIVER_PEER_DOCS = 2_000
 # Partitions of every topic a run creates: one, as each pod of a group with as many partitions as pods
 # consumes (``--partitions 4`` gives one worker four pods' partitions). Tansu 0.6 lists every batch a
 # partition holds on each fetch that finds data, and a keyed producer makes a batch per partition per
@@ -1194,8 +1192,8 @@ def _short_path(filename: str) -> str:
 
 def run_peers(stream: Sequence[LabelledDocument]) -> dict[str, Any]:
     """In-process prequential docs/s of our learner and of VW on the (not repeated) stream, and of River
-    on its first ``RIVER_PEER_DOCS`` documents (as ``python -m benchmarks.peers`` runs it)."""
-    from benchmarks.peers import run_river_prequential, run_vw_prequential
+    on its first ``RIVER_MAX_DOCS`` documents (as ``python -m benchmarks.peers`` runs it)."""
+    from benchmarks.peers import RIVER_MAX_DOCS, run_river_prequential, run_vw_prequential
     from stream_winnow.evaluation.runs import categories_of, prequential
     from stream_winnow.learners import build_learner
 
@@ -1205,8 +1203,8 @@ def run_peers(stream: Sequence[LabelledDocument]) -> dict[str, Any]:
     categories = categories_of(stream)
     peers = {
         "vowpalwabbit --multilabel_oaa": partial(run_vw_prequential, stream, categories),
-        f"river linear_model.Perceptron, one per category (first {RIVER_PEER_DOCS:,} documents)": partial(
-            run_river_prequential, stream, categories, max_docs=RIVER_PEER_DOCS
+        f"river linear_model.Perceptron, one per category (first {RIVER_MAX_DOCS:,} documents)": partial(
+            run_river_prequential, stream, categories, max_docs=RIVER_MAX_DOCS
         ),
     }
     for name, run in peers.items():

@@ -127,10 +127,9 @@ class MistakeDriven(Learner):
         Redis keeps every weight as a float32; the view a worker keeps for scoring is float32 too
         (Balanced Winnow's ``positive - negative`` rounded once more, a relative 6e-8), so the
         Reuters model's view is 9.5 MB instead of 19 and a batch's row product reads half the
-        bytes. Margins are still summed in float64. Scoring a batch of 250 documents right after
-        the cache was flushed (as the rest of a worker's loop and the machine flush it) took
-        6.5-8.3 µs a document from float64 rows and 4.9-5.0 from float32 (a throwaway loop of
-        ``row_product`` over Zipf-drawn rows of a 26,413 x 90 matrix, three rounds each).
+        bytes. Margins are still summed in float64. The Reuters margins of batches of 200 took
+        2.7-2.8 µs a document from float64 rows and 2.4-2.6 from float32 (``python -m
+        benchmarks.stages --batch 200``, twice each, alternating).
         """
         return np.asarray(self.linear_weights(values) * values[KEEP_TABLE][:, :1], dtype=np.float32)
 
