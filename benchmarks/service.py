@@ -922,16 +922,23 @@ def phase_latency(
     out of the garbage collector for the run, as the worker's are: a full collection over them
     stopped the load generator and the collector for 159-169 ms in the later runs of one
     invocation, and one such pause took a run's p99 from about 80 to 106 ms (a ``gc`` callback in
-    ``--phases pipe,scoring,latency --repeats 3``). The longest collection left is reported.
+    ``--phases pipe,scoring,latency --repeats 3``). The garbage collector is then off for the run itself
+    (about 11 s, which leaves a few hundred objects to free afterwards): with it on, a young-generation
+    collection freeing 296 objects still took 24-38 ms during the load, in the worker's and the bare
+    pipe's runs alike (a throwaway ``gc`` callback printing every pause over 3 ms, at 24,000 docs/s),
+    and the longest pause of an invocation was up to 60 ms in the runs of ``benchmarks/RUNS.md``.
+    What is reported is the longest collection during the run: 0 unless something asks for one.
     """
     gc.collect()
     gc.freeze()
+    gc.disable()
     pauses = _Pauses()
     gc.callbacks.append(pauses)
     try:
         measured = _paced(env, client, model, docs, rate, seconds, warmup_s)
     finally:
         gc.callbacks.remove(pauses)
+        gc.enable()
         gc.unfreeze()
     return {**measured, "harness_gc_max_ms": pauses.longest_s * 1000}
 
