@@ -49,7 +49,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -84,6 +85,18 @@ MIXED_LABEL_EVERY = 10
 # partitions takes ~120 ms on Tansu to look up its offsets and fetch, and the documents sent
 # meanwhile arrive at once (a 150-240 ms start spike, for the worker and the bare pipe alike).
 LATENCY_WARMUP_S = 1.0
+# Where the latency runs happen: "fresh", each run (the worker's and the bare pipe's alike) on an
+# embedded broker of its own, started for it; "shared", on the broker every other phase used. Tansu's
+# memory engine got slower over an invocation, in a way not found: neither 1.2 GB, nor 20,000 batches,
+# nor 150 idempotent producers left on a broker beforehand changed its CPU under a paced stream
+# (``benchmarks.broker_cost`` with throwaway changes). In 14 invocations of ``--phases latency
+# --latency-rate 24000 --repeats 2 --no-peers`` on one shared broker, the slower of the bare pipe's
+# two runs (the later one, the fourth latency run on that broker, wherever the order was logged)
+# had a p99 over 150 ms in 10 (152-648 ms; the faster run 32-70); with a fresh broker each run, three
+# invocations alternating with three shared ones gave 44-92 ms, and the broker's last third took 61-65 %
+# of a core against 70-77 %. The worker's p99s did not tell the two apart (39-114 ms fresh, 56-136
+# shared). A Kafka broker does not slow down with what it served before, so each run gets a clean one.
+LATENCY_BROKERS = ("fresh", "shared")
 # How long the latency phase's producer lets documents gather into a request (it counts in every
 # latency, which starts at send time). Tansu 0.6 spends CPU per produce request in proportion to
 # what the topic already holds: with 5 ms one producer of 17,000 msg/s took it from 25 % to 104 %
@@ -126,6 +139,7 @@ class BenchConfig:
     load_compression: str = "none"  # codec of the documents' and labels' producers (pre-loading, the load)
     partitions: int = PARTITIONS
     repeats: int = 1  # pipe, scoring and latency are run this many times; the median run is reported
+    latency_broker: str = "fresh"  # one of LATENCY_BROKERS
 
     def documents_for(self, client: str) -> int:
         if client == "kafka-python" and self.kafka_python_documents is not None:
@@ -910,13 +924,14 @@ def latency_documents(rate: float, seconds: float, warmup_s: float = LATENCY_WAR
 
 def phase_latency(
     env: Environment, client: str, model: str | None, docs: Sequence[LabelledDocument], rate: float, seconds: float,
-    warmup_s: float = LATENCY_WARMUP_S,
+    warmup_s: float = LATENCY_WARMUP_S, *, fresh_broker: bool = True,
 ) -> dict[str, Any]:
     """Documents paced at ``rate``/s with ts = send time; percentiles of ts -> decision arrival here.
 
     The first ``warmup_s`` of the load is sent alike but not counted. ``model`` None runs the bare
     pipe instead of the worker at the same load: the transport's own latency on this machine, the
-    floor under the worker's.
+    floor under the worker's. With ``fresh_broker`` the run has an embedded broker of its own
+    (``LATENCY_BROKERS``); the model stays in ``env``'s Redis.
 
     This process's long-lived objects (the stream, the model, earlier phases' results) are frozen
     out of the garbage collector for the run, as the worker's are: a full collection over them
@@ -929,18 +944,35 @@ def phase_latency(
     and the longest pause of an invocation was up to 60 ms in the runs of ``benchmarks/RUNS.md``.
     What is reported is the longest collection during the run: 0 unless something asks for one.
     """
-    gc.collect()
-    gc.freeze()
-    gc.disable()
-    pauses = _Pauses()
-    gc.callbacks.append(pauses)
-    try:
-        measured = _paced(env, client, model, docs, rate, seconds, warmup_s)
-    finally:
-        gc.callbacks.remove(pauses)
-        gc.enable()
-        gc.unfreeze()
+    with _broker_for_run(env, fresh_broker) as run_env:
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        pauses = _Pauses()
+        gc.callbacks.append(pauses)
+        try:
+            measured = _paced(run_env, client, model, docs, rate, seconds, warmup_s)
+        finally:
+            gc.callbacks.remove(pauses)
+            gc.enable()
+            gc.unfreeze()
     return {**measured, "harness_gc_max_ms": pauses.longest_s * 1000}
+
+
+@contextmanager
+def _broker_for_run(env: Environment, fresh: bool) -> Iterator[Environment]:
+    """``env`` itself, or ``env`` on a new embedded broker, stopped when the run ends."""
+    if not fresh:
+        yield env
+        return
+    from workers.embedded import start_broker
+
+    with start_broker() as broker:
+        run_env = replace(env, bootstrap=broker.bootstrap_servers, broker_pid=broker.pid)
+        try:
+            yield run_env
+        finally:
+            env.counter = run_env.counter  # names (groups, topics, worker logs) stay unique over the invocation
 
 
 def _paced(
@@ -1235,9 +1267,20 @@ def worker_settings(worker_args: Sequence[str]) -> Any:
     return worker_config(context.params)
 
 
+def _latency_broker(kind: str) -> str:
+    """How the header names where the latency runs were.
+
+    >>> _latency_broker("fresh")
+    'each latency run on a fresh embedded broker'
+    """
+    return "each latency run on a fresh embedded broker" if kind == "fresh" else "the latency runs on the shared broker"
+
+
 def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     from workers.embedded import start_broker, start_redis
 
+    if config.latency_broker not in LATENCY_BROKERS:
+        raise ValueError(f"latency_broker {config.latency_broker!r}: choose from {', '.join(LATENCY_BROKERS)}")
     settings = worker_settings(config.worker_args)
     train, base, corpus = load_stream(config)
     say(f"stream: {corpus}")
@@ -1270,6 +1313,7 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
         "load_compression": config.load_compression,
         "compression": settings.kafka.compression,
         "partitions": config.partitions,
+        "latency_broker": config.latency_broker,
         "worker_args": list(config.worker_args),
         "clients": {},
     }
@@ -1326,14 +1370,17 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                 # The paced load runs its whole warm-up and seconds: the stream repeats as far as that
                 # takes (at 25,000 docs/s, 275,000 documents), not only as far as the other phases'.
                 paced = repeat_stream(base, latency_documents(rate, config.latency_seconds))
+                fresh_broker = config.latency_broker == "fresh"
                 for repeat in repeats:
                     latency_model = f"{MODEL}-t-{client}-{repeat}"
                     write_model(model, env.redis_url, latency_model, settings.shards, len(train))
-                    measured = phase_latency(env, client, latency_model, paced, rate, config.latency_seconds)
+                    measured = phase_latency(env, client, latency_model, paced, rate, config.latency_seconds,
+                                             fresh_broker=fresh_broker)
                     out.setdefault("latency_runs", []).append(measured)
                     say(f"[{client}] latency p99: {measured['p99_ms']:.1f} ms (ts → decided_ts / after, p50 / p99: "
                         f"{_split(measured)}); the bare pipe at the same load")
-                    floor = phase_latency(env, client, None, paced, rate, config.latency_seconds)
+                    floor = phase_latency(env, client, None, paced, rate, config.latency_seconds,
+                                          fresh_broker=fresh_broker)
                     out.setdefault("pipe_latency_runs", []).append(floor)
                     say(f"[{client}] bare pipe latency p99: {floor['p99_ms']:.1f} ms")
                 out["latency"] = median_run(out["latency_runs"], "p99_ms")
@@ -1428,7 +1475,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{' '.join(results['worker_args']) or '(none)'}; median of {results['repeats']} run(s) of pipe, scoring "
         # Results saved before run 19 name no partitions: they had four.
         f"and latency; {_partitions(results.get('partitions', 4))} a topic; the latency load's producer lingers "
-        f"{results['load_linger_ms']} ms; batches compressed: documents and labels "
+        # Results saved before 2026-12-04 (run 24 and earlier) ran every latency run on the shared broker.
+        f"{results['load_linger_ms']} ms; {_latency_broker(results.get('latency_broker', 'shared'))}; batches compressed: documents and labels "
         f"{results.get('load_compression', 'none')}, decisions {results.get('compression', 'none')}; "
         f"{results['cpus']} CPUs, "
         "load average "
@@ -1540,6 +1588,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "--compression=...) [default: %(default)s].")
     parser.add_argument("--partitions", type=int, default=PARTITIONS,
                         help="Partitions of every topic a run creates [default: %(default)s].")
+    parser.add_argument("--latency-broker", choices=LATENCY_BROKERS, default="fresh",
+                        help="fresh: each latency run on an embedded broker of its own; shared: on the one every "
+                             "other phase used [default: %(default)s].")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=1,
                         help="Runs of pipe, scoring and latency; the median run is reported [default: %(default)s].")
     parser.add_argument("--phases", default=",".join(BenchConfig.phases),
@@ -1575,6 +1626,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         load_compression=args.load_compression,
         partitions=args.partitions,
         repeats=args.repeats,
+        latency_broker=args.latency_broker,
         phases=phases,
         worker_args=tuple(args.worker_arg),
         peers=not args.no_peers,
