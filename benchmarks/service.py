@@ -89,13 +89,14 @@ LATENCY_WARMUP_S = 1.0
 # embedded broker of its own, started for it; "shared", on the broker every other phase used. Tansu's
 # memory engine got slower over an invocation, in a way not found: neither 1.2 GB, nor 20,000 batches,
 # nor 150 idempotent producers left on a broker beforehand changed its CPU under a paced stream
-# (``benchmarks.broker_cost`` with throwaway changes). In 14 invocations of ``--phases latency
+# (``benchmarks.broker_cost`` with throwaway changes). In 15 invocations of ``--phases latency
 # --latency-rate 24000 --repeats 2 --no-peers`` on one shared broker, the slower of the bare pipe's
 # two runs (the later one, the fourth latency run on that broker, wherever the order was logged)
 # had a p99 over 150 ms in 10 (152-648 ms; the faster run 32-70); with a fresh broker each run, three
 # invocations alternating with three shared ones gave 44-92 ms, and the broker's last third took 61-65 %
 # of a core against 70-77 %. The worker's p99s did not tell the two apart (39-114 ms fresh, 56-136
-# shared). A Kafka broker does not slow down with what it served before, so each run gets a clean one.
+# shared), and one bare-pipe run of a full run on fresh brokers still reached 280 ms. A Kafka broker
+# does not slow down with what it served before, so each run gets a clean one.
 LATENCY_BROKERS = ("fresh", "shared")
 # How long the latency phase's producer lets documents gather into a request (it counts in every
 # latency, which starts at send time). Tansu 0.6 spends CPU per produce request in proportion to
