@@ -101,6 +101,31 @@ def test_every_figure_is_reported() -> None:
     json.dumps(results, default=str)
 
 
+def test_latency_runs_can_share_the_broker_of_the_other_phases() -> None:
+    """``--latency-broker shared``: the worker's and the bare pipe's latency runs on the invocation's own broker."""
+    client = _client()
+    config = BenchConfig(
+        synthetic=300,
+        clients=(client,),
+        documents=300,
+        phases=("latency",),
+        latency_rate=300.0,
+        latency_seconds=1.0,
+        latency_broker="shared",
+        peers=False,
+        timeout_s=120.0,
+        command="pytest",
+    )
+    results = run_benchmark(config)
+    figures = results["clients"][client]
+    assert results["latency_broker"] == "shared"
+    assert figures["latency"]["documents"] > 0 and figures["pipe_latency"]["documents"] > 0
+    assert math.isfinite(figures["latency"]["p99_ms"]) and math.isfinite(figures["pipe_latency"]["p99_ms"])
+    assert "the latency runs on the shared broker" in markdown(results)
+    with pytest.raises(ValueError, match="choose from fresh, shared"):
+        run_benchmark(BenchConfig(synthetic=10, latency_broker="elsewhere"))
+
+
 @pytest.mark.parametrize(
     "argv",
     [["--phases", "scoring,warp"], ["--phases", ","], ["--phases", "latency"], ["--repeats", "0"], ["--partitions", "0"]],
