@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 
@@ -31,19 +32,21 @@ def test_repeat_stream_makes_ids_unique() -> None:
     assert len(ids) == 9 and len(set(ids)) == 9
 
 
+def _tiny(client: str, **settings: Any) -> BenchConfig:
+    """A run of a 300-document synthetic stream with 1 s of counted latency, ``settings`` on top."""
+    return BenchConfig(synthetic=300, clients=(client,), latency_seconds=1.0, timeout_s=120.0, command="pytest",
+                       **settings)  # fmt: skip
+
+
 def test_every_figure_is_reported() -> None:
     client = _client()
-    config = BenchConfig(
-        synthetic=300,
-        clients=(client,),
+    config = _tiny(
+        client,
         documents=600,
         learn_events=200,
-        latency_seconds=1.0,
         repeats=2,
         profile=True,
         profile_top=5,
-        timeout_s=120.0,
-        command="pytest",
         # Compressed batches through every phase: documents and labels in zstd, decisions in lz4.
         load_compression="zstd",
         worker_args=("--compression=lz4",),
@@ -104,19 +107,9 @@ def test_every_figure_is_reported() -> None:
 def test_latency_runs_can_share_the_broker_of_the_other_phases() -> None:
     """``--latency-broker shared``: the worker's and the bare pipe's latency runs on the invocation's own broker."""
     client = _client()
-    config = BenchConfig(
-        synthetic=300,
-        clients=(client,),
-        documents=300,
-        phases=("latency",),
-        latency_rate=300.0,
-        latency_seconds=1.0,
-        latency_broker="shared",
-        peers=False,
-        timeout_s=120.0,
-        command="pytest",
+    results = run_benchmark(
+        _tiny(client, documents=300, phases=("latency",), latency_rate=300.0, latency_broker="shared", peers=False)
     )
-    results = run_benchmark(config)
     figures = results["clients"][client]
     assert results["latency_broker"] == "shared"
     assert figures["latency"]["documents"] > 0 and figures["pipe_latency"]["documents"] > 0
