@@ -95,8 +95,10 @@ LATENCY_WARMUP_S = 1.0
 # had a p99 over 150 ms in 10 (152-648 ms; the faster run 32-70); with a fresh broker each run, three
 # invocations alternating with three shared ones gave 44-92 ms, and the broker's last third took 61-65 %
 # of a core against 70-77 %. The worker's p99s did not tell the two apart (39-114 ms fresh, 56-136
-# shared), and one bare-pipe run of a full run on fresh brokers still reached 280 ms. A Kafka broker
-# does not slow down with what it served before, so each run gets a clean one.
+# shared), and full runs did not show it either (confluent's bare pipe over 100 ms in 4 of 9 runs with
+# fresh brokers, runs 25-27, against 1 of 9 shared, runs 22-24). It is the default because it keeps
+# each run independent of the ones before it (a Kafka broker does not slow down with what it served),
+# not for a measured gain.
 LATENCY_BROKERS = ("fresh", "shared")
 # How long the latency phase's producer lets documents gather into a request (it counts in every
 # latency, which starts at send time). Tansu 0.6 spends CPU per produce request in proportion to
