@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import pstats
@@ -667,7 +668,9 @@ class Environment:
     shards: int
     timeout_s: float
     run_id: str = field(default_factory=lambda: str(os.getpid()))
-    counter: int = 0
+    # Numbers the names of groups, topics and worker logs; one iterator, shared by the copies a latency
+    # run on a fresh broker makes (``replace``), so names stay unique over the invocation.
+    numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     # The worker's fetch wait and linger, which the bare pipe uses too (same batch settings).
     fetch_max_wait_ms: int = 10
     linger_ms: int = 5
@@ -682,8 +685,7 @@ class Environment:
     redis_pid: int | None = None
 
     def name(self, phase: str, client: str) -> str:
-        self.counter += 1
-        return f"{phase}-{client}-{self.run_id}-{self.counter}"
+        return f"{phase}-{client}-{self.run_id}-{next(self.numbers)}"
 
     def collector(self, topics: Sequence[str], **kwargs: Any) -> Collector:
         """A :class:`Collector` of ``topics``, on every partition this run's topics have."""
@@ -971,11 +973,7 @@ def _broker_for_run(env: Environment, fresh: bool) -> Iterator[Environment]:
     from workers.embedded import start_broker
 
     with start_broker() as broker:
-        run_env = replace(env, bootstrap=broker.bootstrap_servers, broker_pid=broker.pid)
-        try:
-            yield run_env
-        finally:
-            env.counter = run_env.counter  # names (groups, topics, worker logs) stay unique over the invocation
+        yield replace(env, bootstrap=broker.bootstrap_servers, broker_pid=broker.pid)
 
 
 def _paced(
