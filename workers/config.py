@@ -22,6 +22,9 @@ ENV_PREFIX = "STREAM_WINNOW"
 LogFormat = Literal["text", "json"]
 # The highest scores a decision carries by default (the assigned categories' always come too).
 DEFAULT_DECISION_SCORES = 10
+# The longest a batch may wait for more records (``batch_linger_ms``): a linger is in every latency,
+# and a second is already ten times the p99 the service is built for.
+MAX_BATCH_LINGER_MS = 1000
 
 
 def redact_url(url: str) -> str:
@@ -79,6 +82,15 @@ class WorkerConfig:
     # at 2,000 (benchmarks/service.py --phases learning). Documents keep batch_max_docs: with 4,000
     # for them too the p99 at 12,000 docs/s rose from 86-87 to 111-154 ms.
     batch_max_labels: int = 4000
+    # How long a batch may wait for more records after its first ones, up to batch_max_docs (0:
+    # take what one fetch brought). Below saturation it buys CPU with latency, more latency than the
+    # linger itself: at 18,700 documents/s (half this machine's maximum that day), 15 ms took the
+    # worker from 42.6-46.6 to 35.7-41.0 µs of CPU a document and the broker from 21.7-24.5 to
+    # 19.2-21.3, the p50 from 34-40 ms to 66-84, the p99 from 59-118 to 130-169 (benchmarks/service.py
+    # --phases latency --latency-rate 18700 --repeats 2, with --worker-arg=--batch-linger-ms=15 and
+    # without, three pairs alternating; one invocation of each had a run over 1 s while the host stole
+    # 10-20 % of the CPUs). Hence 0: the service is built for latency.
+    batch_linger_ms: int = 0
     # How long a poll waits for the first record; bounds SIGTERM response and idle CPU.
     poll_timeout_ms: int = 500
     # Batches whose outputs may still await the broker's acknowledgement while the next one is
@@ -121,6 +133,8 @@ class WorkerConfig:
                 raise ConfigError(f"{name} must be positive; got {getattr(self, name)}")
         if self.max_batches_in_flight < 0:
             raise ConfigError(f"max_batches_in_flight must be >= 0; got {self.max_batches_in_flight}")
+        if not 0 <= self.batch_linger_ms <= MAX_BATCH_LINGER_MS:
+            raise ConfigError(f"batch_linger_ms must be 0 to {MAX_BATCH_LINGER_MS}; got {self.batch_linger_ms}")
         if self.max_staleness_ms < 0:
             raise ConfigError(f"max_staleness_ms must be >= 0; got {self.max_staleness_ms}")
         if self.decision_scores is not None and self.decision_scores < 0:

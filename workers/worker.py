@@ -321,6 +321,7 @@ class Worker:
     def _poll(self) -> list[Record]:
         try:
             records = self.consumer.poll_batch(self.config.batch_max_docs, self.config.poll_timeout_ms)
+            records = self._linger(records)
             records = self._more_labels(records)
         except TransportError as error:
             self.state.broker_ok = False
@@ -329,6 +330,28 @@ class Worker:
             return []
         self.state.broker_ok = True
         return records
+
+    def _linger(self, records: list[Record]) -> list[Record]:
+        """Keep polling for up to ``batch_linger_ms`` after a batch's first records, until it holds ``batch_max_docs``.
+
+        Below saturation a batch is whatever one fetch brought (~190 documents at 18,700 a second
+        behind a producer lingering 10 ms), and a small batch costs more a document than a large
+        one. Larger batches trade that for latency: see ``WorkerConfig.batch_linger_ms``.
+        """
+        linger_s, cap = self.config.batch_linger_ms / 1000, self.config.batch_max_docs
+        if not linger_s or not records or len(records) >= cap:
+            return records
+        assigned = set(self.state.assigned)
+        deadline = time.monotonic() + linger_s
+        while len(records) < cap and (left_s := deadline - time.monotonic()) > 0:
+            records += self.consumer.poll_batch(cap - len(records), max(1, round(left_s * 1000)))
+        return self._still_ours(records, assigned)
+
+    def _still_ours(self, records: list[Record], assigned: set[tuple[str, int]]) -> list[Record]:
+        """``records`` without those of partitions revoked since ``assigned`` (their next owner reads them)."""
+        if self.state.assigned == assigned:
+            return records
+        return [record for record in records if (record.topic, record.partition) in self.state.assigned]
 
     def _more_labels(self, records: list[Record]) -> list[Record]:
         """A full batch of labelled events only: add what else is already fetched, up to ``batch_max_labels``.
@@ -348,9 +371,7 @@ class Worker:
             records += more
             if not more or any(record.topic != labels for record in more):
                 break
-        if self.state.assigned != assigned:
-            records = [record for record in records if (record.topic, record.partition) in self.state.assigned]
-        return records
+        return self._still_ours(records, assigned)
 
     def _retrying(self, records: list[Record], step: Callable[[], object]) -> None:
         """Run ``step`` (process ``records``, or settle the batches in flight) until it succeeds or the worker stops."""

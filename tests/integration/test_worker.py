@@ -131,6 +131,44 @@ def document(doc: LabelledDocument, with_labels: bool) -> tuple[bytes, bytes]:
     return msgpack.packb(body), doc.id.encode()
 
 
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """A worker's ``/metrics``, ``/healthz`` or ``/readyz``: (status, body); (0, "") while it does not answer."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def metric(text: str, name: str) -> float:
+    """The value of the unlabelled (or fully spelled) sample ``name`` in a ``/metrics`` text; 0 if absent."""
+    lines = [line for line in text.splitlines() if line.startswith(name + " ")]
+    return float(lines[0].split()[-1]) if lines else 0.0
+
+
+def metrics_once(service: Service, port: int, name: str, reaches: float, timeout_s: float = 90.0) -> str:
+    """The worker's ``/metrics`` text once counter ``name`` reaches ``reaches`` (asserted, within ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    text = http_get(port, "/metrics")[1]
+    while time.monotonic() < deadline and metric(text, name) < reaches:
+        time.sleep(0.5)
+        text = http_get(port, "/metrics")[1]
+    assert metric(text, name) == reaches, service.logs()[-2000:]
+    return text
+
+
+def wait_ready(service: Service, port: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and http_get(port, "/readyz")[0] != 200:
+        time.sleep(0.5)
+    assert http_get(port, "/readyz")[0] == 200, service.logs()[-2000:]
+
+
 def test_two_workers_decide_every_document(service: Service, reuters_docs: list[LabelledDocument]) -> None:
     docs = reuters_docs[:600]
     service.start_worker(STREAM_WINNOW_WORKER_ID="w1")
@@ -202,8 +240,6 @@ def test_a_backlog_of_labels_is_learned_in_batches_up_to_batch_max_labels(
     service: Service, reuters_docs: list[LabelledDocument]
 ) -> None:
     """Labelled events waiting when the worker starts: batches grow past batch_max_docs (100), to 250 at most."""
-    import urllib.request
-
     from workers.embedded import free_port
 
     events = [
@@ -214,27 +250,10 @@ def test_a_backlog_of_labels_is_learned_in_batches_up_to_batch_max_labels(
     service.produce("labels", events)
     port = free_port()
     service.start_worker(STREAM_WINNOW_HTTP_PORT=str(port), STREAM_WINNOW_BATCH_MAX_LABELS="250")
-
-    def metrics() -> str:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-                return str(reply.read().decode())
-        except OSError:
-            return ""
-
-    def value(text: str, name: str) -> float:
-        lines = [line for line in text.splitlines() if line.startswith(name + " ")]
-        return float(lines[0].split()[-1]) if lines else 0.0
-
-    deadline = time.monotonic() + 90
-    text = metrics()
-    while time.monotonic() < deadline and value(text, "stream_winnow_labelled_events_total") < len(events):
-        time.sleep(0.5)
-        text = metrics()
-    assert value(text, "stream_winnow_labelled_events_total") == len(events), service.logs()[-2000:]
-    batches = value(text, "stream_winnow_batch_size_count")
-    up_to_100 = value(text, 'stream_winnow_batch_size_bucket{le="100.0"}')
-    up_to_250 = value(text, 'stream_winnow_batch_size_bucket{le="250.0"}')
+    text = metrics_once(service, port, "stream_winnow_labelled_events_total", len(events))
+    batches = metric(text, "stream_winnow_batch_size_count")
+    up_to_100 = metric(text, 'stream_winnow_batch_size_bucket{le="100.0"}')
+    up_to_250 = metric(text, 'stream_winnow_batch_size_bucket{le="250.0"}')
     assert up_to_250 == batches  # never more than batch_max_labels
     assert up_to_100 < batches  # some batch took more than batch_max_docs
     assert batches < len(events) / 100  # fewer batches than batch_max_docs alone would make
@@ -323,31 +342,16 @@ def test_secrets_never_reach_the_logs(service: Service, tmp_path: Path) -> None:
 
 def test_health_readiness_metrics_and_json_logs(service: Service) -> None:
     import json
-    import urllib.error
-    import urllib.request
 
     from workers.embedded import free_port
 
     port = free_port()
     worker = service.start_worker(STREAM_WINNOW_HTTP_PORT=str(port), STREAM_WINNOW_LOG_FORMAT="json")
-
-    def get(path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
-                return reply.status, reply.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-        except OSError:
-            return 0, ""
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and get("/readyz")[0] != 200:
-        time.sleep(0.5)
-    assert get("/healthz")[0] == 200
-    assert get("/readyz")[0] == 200, service.logs()[-2000:]
+    wait_ready(service, port)
+    assert http_get(port, "/healthz")[0] == 200
     service.produce("documents", [(b"\xc1", None), (msgpack.packb({"id": "a", "tokens": ["x", "y"]}), None)])
     service.collect("decisions", lambda m: len(m) >= 1)
-    status, text = get("/metrics")
+    status, text = http_get(port, "/metrics")
     assert status == 200
     assert "stream_winnow_documents_scored_total 1.0" in text
     assert 'stream_winnow_dead_letters_total{reason="not-msgpack"} 1.0' in text
@@ -356,6 +360,34 @@ def test_health_readiness_metrics_and_json_logs(service: Service) -> None:
     lines = [json.loads(line) for line in service.logs().splitlines() if line.startswith("{")]
     dead = [line for line in lines if line.get("reason") == "not-msgpack"]
     assert dead and dead[0]["topic"] == service.topics["documents"] and "offset" in dead[0]
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent"])
+def test_a_batch_lingers_for_more_documents_up_to_batch_linger_ms(service: Service, client: str) -> None:
+    """Documents trickling in one a send, 50 ms apart: without a linger each fetch would be a batch (30);
+    with 1,000 ms the worker gathers them into a few, and decides every one."""
+    if client == "confluent":
+        pytest.importorskip("confluent_kafka")
+    from workers.embedded import free_port
+
+    port = free_port()
+    service.start_worker(STREAM_WINNOW_HTTP_PORT=str(port), STREAM_WINNOW_KAFKA_CLIENT=client,
+                         STREAM_WINNOW_BATCH_LINGER_MS="1000")  # fmt: skip
+    wait_ready(service, port)
+    sends = 30
+    producer = make_producer(KafkaSettings(service.bootstrap, linger_ms=0))
+    try:
+        for i in range(sends):
+            producer.send(service.topics["documents"], msgpack.packb({"id": f"t{i}", "tokens": ["grain", "wheat"]}))
+            producer.flush()
+            time.sleep(0.05)
+    finally:
+        producer.close()
+    text = metrics_once(service, port, "stream_winnow_documents_scored_total", sends)
+    batches = metric(text, "stream_winnow_batch_size_count")
+    assert 1 <= batches <= sends / 3, f"{batches:.0f} batches for {sends} documents sent 50 ms apart"
+    decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= sends)
+    assert {d.id for d in decisions} == {f"t{i}" for i in range(sends)}
 
 
 @pytest.mark.parametrize("client", ["confluent"])
