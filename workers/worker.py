@@ -321,15 +321,22 @@ class Worker:
     def _poll(self) -> list[Record]:
         try:
             records = self.consumer.poll_batch(self.config.batch_max_docs, self.config.poll_timeout_ms)
-            records = self._linger(records)
-            records = self._more_labels(records)
         except TransportError as error:
             self.state.broker_ok = False
             log.warning("polling the broker failed: %s; retrying", error)
             self._stop.wait(self.config.retry_initial_ms / 1000)
             return []
         self.state.broker_ok = True
-        return records
+        return self._more_labels(self._linger(records))
+
+    def _poll_more(self, max_records: int, timeout_ms: int) -> list[Record]:
+        """Records to add to a batch already polled; none if the poll fails. Those already polled must
+        not be dropped: the consumer's position is past them, and a later batch's commit would skip them."""
+        try:
+            return self.consumer.poll_batch(max_records, timeout_ms)
+        except TransportError as error:
+            log.warning("polling the broker for more of a batch failed: %s; processing the batch so far", error)
+            return []
 
     def _linger(self, records: list[Record]) -> list[Record]:
         """Keep polling for up to ``batch_linger_ms`` after a batch's first records, until it holds ``batch_max_docs``.
@@ -344,7 +351,10 @@ class Worker:
         assigned = set(self.state.assigned)
         deadline = time.monotonic() + linger_s
         while len(records) < cap and (left_s := deadline - time.monotonic()) > 0:
-            records += self.consumer.poll_batch(cap - len(records), max(1, round(left_s * 1000)))
+            more = self._poll_more(cap - len(records), max(1, round(left_s * 1000)))
+            if not more:  # the wait ran out (or the poll failed: do not spin on it)
+                break
+            records += more
         return self._still_ours(records, assigned)
 
     def _still_ours(self, records: list[Record], assigned: set[tuple[str, int]]) -> list[Record]:
@@ -367,7 +377,7 @@ class Worker:
             return records
         assigned = set(self.state.assigned)
         while len(records) < cap:
-            more = self.consumer.poll_batch(min(self.config.batch_max_docs, cap - len(records)), 0)
+            more = self._poll_more(min(self.config.batch_max_docs, cap - len(records)), 0)
             records += more
             if not more or any(record.topic != labels for record in more):
                 break

@@ -20,7 +20,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from stream_winnow.document_cache import DocumentCache
-from stream_winnow.errors import StoreError
+from stream_winnow.errors import StoreError, TransportError
 from stream_winnow.features import Featurizer
 from stream_winnow.models import connect, open_learner
 from stream_winnow.stores.cached import CachedStore
@@ -176,3 +176,42 @@ def test_a_batch_is_acknowledged_only_once_its_documents_are_cached(
     finally:
         producer.close()
         cache_client.close()
+
+
+class _FailsOnSecondPoll(_NoCommit):
+    """A consumer whose first poll brings ``first`` and whose next poll fails, as a broker gone mid-batch does."""
+
+    def __init__(self, first: list[Record]) -> None:
+        self.polls = [first]
+
+    def poll_batch(self, max_records: int | None = None, timeout_ms: int = 1000) -> list[Record]:
+        if self.polls:
+            return self.polls.pop()
+        raise TransportError("broker gone")
+
+
+@pytest.mark.parametrize("extension", ["linger", "labels"])
+def test_a_failed_poll_while_a_batch_grows_keeps_what_was_already_polled(
+    redis_url: str, kafka_bootstrap: str, topic_factory: Callable[..., str], extension: str
+) -> None:
+    """The consumer's position is past the first poll's records: dropping them would let a later commit skip them."""
+    from dataclasses import replace
+
+    topics = _topics(topic_factory)
+    model, client, config, producer = _setting("poll", redis_url, kafka_bootstrap, topics)
+    if extension == "linger":  # a batch of documents waiting for more
+        config = replace(config, batch_linger_ms=200)
+        first = [Record(topics.documents, 0, i, msgpack.packb({"id": f"d{i}", "tokens": ["a"]})) for i in range(3)]
+    else:  # a full batch of labelled events, growing towards batch_max_labels
+        config = replace(config, batch_max_docs=3, batch_max_labels=6)
+        first = [Record(topics.labels, 0, i, msgpack.packb({"event_id": f"e{i}", "id": f"d{i}", "labels": []}))
+                 for i in range(3)]  # fmt: skip
+    consumer = _FailsOnSecondPoll(first)
+    worker = Worker(config, consumer, producer, open_learner(client, model, learner="balanced-winnow"),  # type: ignore[arg-type]
+                    DocumentCache(client, model))  # fmt: skip
+    worker.state.assigned = {(topics.documents, 0), (topics.labels, 0)}
+    try:
+        assert worker._poll() == first
+        assert worker.state.broker_ok
+    finally:
+        producer.close()
