@@ -329,15 +329,6 @@ class Worker:
         self.state.broker_ok = True
         return self._more_labels(self._linger(records))
 
-    def _poll_more(self, max_records: int, timeout_ms: int) -> list[Record]:
-        """Records to add to a batch already polled; none if the poll fails. Those already polled must
-        not be dropped: the consumer's position is past them, and a later batch's commit would skip them."""
-        try:
-            return self.consumer.poll_batch(max_records, timeout_ms)
-        except TransportError as error:
-            log.warning("polling the broker for more of a batch failed: %s; processing the batch so far", error)
-            return []
-
     def _linger(self, records: list[Record]) -> list[Record]:
         """Keep polling for up to ``batch_linger_ms`` after a batch's first records, until it holds ``batch_max_docs``.
 
@@ -345,43 +336,54 @@ class Worker:
         behind a producer lingering 10 ms), and a small batch costs more a document than a large
         one. Larger batches trade that for latency: see ``WorkerConfig.batch_linger_ms``.
         """
-        linger_s, cap = self.config.batch_linger_ms / 1000, self.config.batch_max_docs
-        if not linger_s or not records or len(records) >= cap:
+        cap = self.config.batch_max_docs
+        if not self.config.batch_linger_ms or not records or len(records) >= cap:
             return records
-        assigned = set(self.state.assigned)
-        deadline = time.monotonic() + linger_s
-        while len(records) < cap and (left_s := deadline - time.monotonic()) > 0:
-            more = self._poll_more(cap - len(records), max(1, round(left_s * 1000)))
-            if not more:  # the wait ran out (or the poll failed: do not spin on it)
-                break
-            records += more
-        return self._still_ours(records, assigned)
-
-    def _still_ours(self, records: list[Record], assigned: set[tuple[str, int]]) -> list[Record]:
-        """``records`` without those of partitions revoked since ``assigned`` (their next owner reads them)."""
-        if self.state.assigned == assigned:
-            return records
-        return [record for record in records if (record.topic, record.partition) in self.state.assigned]
+        return self._grow(records, cap, self.config.batch_linger_ms / 1000, step=cap)
 
     def _more_labels(self, records: list[Record]) -> list[Record]:
         """A full batch of labelled events only: add what else is already fetched, up to ``batch_max_labels``.
 
         Learning writes each changed row once a batch, so a backlog of labels is learned faster in
-        larger batches; documents keep ``batch_max_docs`` (their latency). A rebalance during the
-        extra polls drops the records of partitions no longer ours (their next owner reads them).
+        larger batches; documents keep ``batch_max_docs`` (their latency).
         """
         labels, cap = self.config.topics.labels, self.config.batch_max_labels
         if len(records) < self.config.batch_max_docs or len(records) >= cap:
             return records
         if any(record.topic != labels for record in records):
             return records
+        return self._grow(records, cap, 0, step=self.config.batch_max_docs,
+                          more_wanted=lambda more: all(record.topic == labels for record in more))  # fmt: skip
+
+    def _grow(
+        self, records: list[Record], cap: int, wait_s: float, *, step: int,
+        more_wanted: Callable[[list[Record]], bool] | None = None,
+    ) -> list[Record]:  # fmt: skip
+        """``records``, already polled, with more polled up to ``cap``, ``step`` at most a poll.
+
+        Each poll waits for what is left of ``wait_s`` (0: takes only what is already fetched); it
+        stops at a poll that brings nothing or one that ``more_wanted`` declines (that one is kept).
+        A failed poll stops it too, keeping what was polled: the consumer's position is past those
+        records, and dropping them would let a later batch's commit skip them. A rebalance meanwhile
+        drops the records of partitions no longer ours (their next owner reads them).
+        """
         assigned = set(self.state.assigned)
+        deadline = time.monotonic() + wait_s
         while len(records) < cap:
-            more = self._poll_more(min(self.config.batch_max_docs, cap - len(records)), 0)
-            records += more
-            if not more or any(record.topic != labels for record in more):
+            left_s = deadline - time.monotonic()
+            if wait_s and left_s <= 0:
                 break
-        return self._still_ours(records, assigned)
+            try:
+                more = self.consumer.poll_batch(min(step, cap - len(records)), max(1, round(left_s * 1000)) if wait_s else 0)
+            except TransportError as error:
+                log.warning("polling the broker for more of a batch failed: %s; processing the batch so far", error)
+                break
+            records += more
+            if not more or (more_wanted is not None and not more_wanted(more)):
+                break
+        if self.state.assigned != assigned:
+            records = [record for record in records if (record.topic, record.partition) in self.state.assigned]
+        return records
 
     def _retrying(self, records: list[Record], step: Callable[[], object]) -> None:
         """Run ``step`` (process ``records``, or settle the batches in flight) until it succeeds or the worker stops."""
