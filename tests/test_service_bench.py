@@ -68,6 +68,8 @@ def test_every_figure_is_reported() -> None:
         *(peer["per_s"] for peer in results["peers"].values()),  # ours, Vowpal Wabbit and River
     ]
     assert len(results["peers"]) == 3, results["peers"]
+    # Every learning event is a mistake of the worker's model as it stands when the event arrives.
+    assert figures["learning"]["updates_metric_fraction"] == 1.0, figures["learning"]
     assert all(math.isfinite(x) and x > 0 for x in finite), finite
     for phase in ("pipe", "scoring", "latency", "pipe_latency"):  # the median of both runs, and both runs
         assert len(figures[f"{phase}_runs"]) == len(figures[phase]["of_runs"]) == 2

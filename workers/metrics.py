@@ -18,9 +18,12 @@ class WorkerMetrics:
         r = self.registry
         self.documents = Counter("stream_winnow_documents_scored", "Documents scored.", registry=r)
         self.decisions = Counter("stream_winnow_decisions_emitted", "Decisions produced.", registry=r)
-        self.labelled = Counter("stream_winnow_labelled_events", "Labelled events and labelled documents.", registry=r)
+        self.labelled = Counter(
+            "stream_winnow_labelled_events", "Labelled events and labelled documents learned (redeliveries included).",
+            registry=r,
+        )
         self.mistakes = Counter(
-            "stream_winnow_mistakes", "Categories a labelled event found mistaken.", ["category"], registry=r
+            "stream_winnow_mistakes", "Categories a labelled event found mistaken, once its update is applied.", ["category"], registry=r
         )
         self.updates = Counter("stream_winnow_updates_applied", "Updates applied to the model.", registry=r)
         self.duplicates = Counter(

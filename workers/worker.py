@@ -598,11 +598,13 @@ class Worker:
         done = store.applied_events([item.event_id for item, _ in resolved])
         fresh = [pair for pair, applied in zip(resolved, done, strict=True) if not applied]
         self.metrics.duplicates.inc(len(resolved) - len(fresh))
-        self.metrics.labelled.inc(len(resolved))
         if isinstance(self.learner, MistakeDriven):
             self._learn_batched(self.learner, fresh)
         else:
             self._learn_one_by_one(fresh)
+        # Counted once learned, so a batch retried after a failure counts once, and whoever waits
+        # for this counter (the benchmark's learning phase, the demo) finds the model written.
+        self.metrics.labelled.inc(len(resolved))
 
     def _learn_batched(self, learner: MistakeDriven, items: list[tuple[_Labelled, Tokens]]) -> None:
         """One read of every feature of the batch, learning in order on a local copy, one write round.
@@ -646,7 +648,10 @@ class Worker:
             applied = store.apply_many(pending_updates())
         push_outcomes(self.cache.client, self.config.model, [(item.labels, wrong) for (item, _), wrong
                                                              in zip(items, wrongs, strict=True)])  # fmt: skip
-        self.metrics.updates.inc(sum(1 for wrong, ok in zip(wrongs, applied, strict=True) if ok and wrong))
+        learned = [wrong for wrong, ok in zip(wrongs, applied, strict=True) if ok and wrong]
+        self.metrics.updates.inc(len(learned))
+        for category in (category for wrong in learned for category in wrong):
+            self.metrics.mistakes.labels(category).inc()
         self.metrics.duplicates.inc(applied.count(False))
 
     def _features(self, items: list[tuple[_Labelled, Tokens]]) -> FeatureBatch:
@@ -722,8 +727,6 @@ class Worker:
             wrong = tuple(names[c] for sign, c in mine if sign > 0) + tuple(names[c] for sign, c in mine if sign < 0)
             if wrong:
                 mistakes_before += 1
-                for category in wrong:
-                    self.metrics.mistakes.labels(category).inc()
             wrongs.append(wrong)
 
         def pending() -> Pending:
@@ -770,8 +773,6 @@ class Worker:
             updates, outcome = local.updates_for(vector, item.labels, margins)
             if updates:
                 local_store.apply(updates)
-            for category in outcome.promoted + outcome.demoted:
-                self.metrics.mistakes.labels(category).inc()
             wrongs.append(outcome.promoted + outcome.demoted)
             # Applied even when empty: the event id is recorded, so a redelivery changes nothing later.
             pending.append((updates, item.event_id))
@@ -793,11 +794,11 @@ class Worker:
                 )
                 self.metrics.documents.inc()
             updates, outcome = learner.updates_for(vector, item.labels, margins)
-            for category in outcome.promoted + outcome.demoted:
-                self.metrics.mistakes.labels(category).inc()
             push_outcomes(self.cache.client, self.config.model, [(item.labels, outcome.promoted + outcome.demoted)])
             if learner.store.apply(updates, event_id=item.event_id):
                 self.metrics.updates.inc(bool(updates))
+                for category in outcome.promoted + outcome.demoted:
+                    self.metrics.mistakes.labels(category).inc()
             else:
                 self.metrics.duplicates.inc()
 

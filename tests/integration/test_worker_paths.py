@@ -215,3 +215,47 @@ def test_a_failed_poll_while_a_batch_grows_keeps_what_was_already_polled(
         assert worker.state.broker_ok
     finally:
         producer.close()
+
+
+def test_labelled_events_are_counted_once_learned_even_when_the_first_write_fails(
+    redis_url: str, kafka_bootstrap: str, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The learning benchmark and the demo wait on these counters: they must not run ahead of the model."""
+    topics = _topics(topic_factory)
+    model, client, config, producer = _setting("counted", redis_url, kafka_bootstrap, topics)
+    learner = open_learner(client, model, learner="balanced-winnow")
+    worker = Worker(config, _NoCommit(), producer, learner, DocumentCache(client, model))  # type: ignore[arg-type]
+    docs = synthetic_stream(20, seed=5)
+    # Every event names a category its document does not have: the first ones are mistakes at least.
+    batch = [Record(topics.labels, 0, i, msgpack.packb({"event_id": f"e{i}", "id": d.id, "labels": ["nowhere"],
+                                                        "tokens": list(d.tokens)}))
+             for i, d in enumerate(docs)]  # fmt: skip
+    registry = worker.metrics.registry
+
+    def counted() -> tuple[float, float, float]:
+        mistakes = sum(sample.value for metric in registry.collect() if metric.name == "stream_winnow_mistakes"
+                       for sample in metric.samples if sample.name == "stream_winnow_mistakes_total")  # fmt: skip
+        return (registry.get_sample_value("stream_winnow_labelled_events_total") or 0.0,
+                registry.get_sample_value("stream_winnow_updates_applied_total") or 0.0, mistakes)  # fmt: skip
+
+    original = learner.store.apply_rows
+    failures = [StoreError("redis gone mid-write")]
+
+    def fails_once(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(learner.store, "apply_rows", fails_once)
+    try:
+        with pytest.raises(StoreError):
+            worker.process(batch)
+        assert counted() == (0.0, 0.0, 0.0)  # nothing was learned, so nothing is counted
+        before = learner.store.version
+        worker.process(batch)  # the retry
+        labelled, updates, mistakes = counted()
+        assert labelled == len(batch)  # once, not once per attempt
+        assert 0 < updates == learner.store.version - before  # one model version a learned mistake
+        assert mistakes >= updates
+    finally:
+        producer.close()
