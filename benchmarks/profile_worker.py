@@ -67,9 +67,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="Rounds over the batches with --profiler off "
                         "[default: %(default)s].")  # fmt: skip
     parser.add_argument("--batch", type=int, default=BATCH, help=f"Records per batch [default: {BATCH}].")
-    parser.add_argument("--labels", choices=["wrong", "true"], default="wrong",
-                        help="learn: a category each document does not have (mostly mistakes) or its own "
-                             "categories (mostly right) [default: %(default)s].")  # fmt: skip
+    parser.add_argument("--labels", choices=["wrong", "true", "mistaken"], default="wrong",
+                        help="learn: a category each document does not have (mostly mistakes), its own "
+                             "categories (mostly right), or the service benchmark's learning events (each one "
+                             "a mistake of the model as it stands; ~5 s more set-up) [default: %(default)s].")  # fmt: skip
     args = parser.parse_args()
     if args.batch < 1:
         parser.error(f"--batch must be at least 1; got {args.batch}")
@@ -95,6 +96,11 @@ def main() -> None:
         batches = []
         while len(docs) < args.batch * (BATCHES + 1):
             docs += docs
+        mistaken: list[str] = []
+        if args.what == "learn" and args.labels == "mistaken":
+            from benchmarks.service import mistaken_labels
+
+            mistaken = mistaken_labels(split.train, docs[: args.batch * (BATCHES + 1)])[0]
         for start in range(0, args.batch * (BATCHES + 1), args.batch):
             records = []
             for i, doc in enumerate(docs[start : start + args.batch]):
@@ -103,8 +109,12 @@ def main() -> None:
                     body = {"id": f"d{n}", "tokens": list(doc.tokens)}
                     records.append(Record("documents", 0, n, msgpack.packb(body)))
                 else:
-                    labels = list(doc.labels) if args.labels == "true" else [c for c in categories
-                                                                               if c not in doc.labels][:1]  # fmt: skip
+                    if args.labels == "mistaken":
+                        labels = [mistaken[n]]
+                    elif args.labels == "true":
+                        labels = list(doc.labels)
+                    else:
+                        labels = [c for c in categories if c not in doc.labels][:1]
                     body = {"event_id": f"e{n}", "id": f"d{n}", "labels": labels, "tokens": list(doc.tokens)}
                     records.append(Record("labels", 0, n, msgpack.packb(body)))
             batches.append(records)

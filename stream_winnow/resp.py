@@ -25,7 +25,7 @@ from typing import Any
 import redis
 from redis.exceptions import ResponseError
 
-__all__ = ["Pending", "execute", "pack"]
+__all__ = ["Pending", "encode", "execute", "pack", "replies"]
 
 Command = Sequence[bytes]
 
@@ -43,29 +43,51 @@ def pack(commands: Sequence[Command]) -> bytes:
     return b"".join(out)
 
 
+def encode(argument: bytes | str | int | float) -> bytes:
+    """One argument as redis-py's encoder writes it: bytes as they are, str in UTF-8, numbers by ``repr``.
+
+    >>> [encode(x) for x in (b"k", "é", 7, 0.5)]
+    [b'k', b'\\xc3\\xa9', b'7', b'0.5']
+    """
+    if isinstance(argument, bytes):
+        return argument
+    if isinstance(argument, str):
+        return argument.encode()
+    if isinstance(argument, bool) or not isinstance(argument, int | float):
+        raise TypeError(f"a Redis argument is bytes, str, int or float; got {type(argument).__name__}")
+    return repr(argument).encode()
+
+
 def execute(client: Any, commands: Sequence[Command]) -> list[Any]:
     """Run ``commands`` in one round trip; their replies in order. Raises the first error reply.
 
     A plain client's replies are as Redis sent them (``b"OK"``, integers, bulk strings); another
     client's, as its pipeline parses them (``True`` for ``OK``).
     """
+    if commands and type(client) is not redis.Redis:
+        return _pipelined(client, commands, raise_on_error=True)
+    return _raise_first_error(replies(client, commands))
+
+
+def replies(client: Any, commands: Sequence[Command]) -> list[Any]:
+    """``execute``, with each error reply in its place as the ``ResponseError`` it is, not raised.
+
+    For callers that act on particular errors (a ``NoScriptError`` from ``EVALSHA``: load the script,
+    send those commands again).
+    """
     if not commands:
         return []
     if type(client) is not redis.Redis:
-        pipe = client.pipeline(transaction=False)
-        for name, *arguments in commands:
-            pipe.execute_command(name.decode(), *arguments)  # a cluster routes by the name as str
-        return list(pipe.execute())
+        return _pipelined(client, commands, raise_on_error=False)
     request = pack(commands)
     pool = client.connection_pool
     connection = pool.get_connection()
     try:
-        replies = connection.retry.call_with_retry(
+        return list(connection.retry.call_with_retry(
             lambda: _round_trip(connection, request, len(commands)), lambda _error: connection.disconnect()
-        )
+        ))  # fmt: skip
     finally:
         pool.release(connection)
-    return _raise_first_error(replies)
 
 
 class Pending:
@@ -124,6 +146,14 @@ class Pending:
                 self.replies()
             except redis.exceptions.RedisError:
                 pass  # not wanted anyway
+
+
+def _pipelined(client: Any, commands: Sequence[Command], *, raise_on_error: bool) -> list[Any]:
+    """``commands`` through ``client``'s own pipeline (a Cluster's routes each by its keys)."""
+    pipe = client.pipeline(transaction=False)
+    for name, *arguments in commands:
+        pipe.execute_command(name.decode(), *arguments)  # a cluster routes by the name as str
+    return list(pipe.execute() if raise_on_error else pipe.execute(raise_on_error=False))
 
 
 def _raise_first_error(replies: list[Any]) -> list[Any]:

@@ -30,7 +30,7 @@ import logging
 import signal
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -650,8 +650,9 @@ class Worker:
                                                              in zip(items, wrongs, strict=True)])  # fmt: skip
         learned = [wrong for wrong, ok in zip(wrongs, applied, strict=True) if ok and wrong]
         self.metrics.updates.inc(len(learned))
-        for category in (category for wrong in learned for category in wrong):
-            self.metrics.mistakes.labels(category).inc()
+        # Once a category a batch (a labels() lookup per event and category cost 15 ms a batch of 4,000).
+        for category, count in Counter(category for wrong in learned for category in wrong).items():
+            self.metrics.mistakes.labels(category).inc(count)
         self.metrics.duplicates.inc(applied.count(False))
 
     def _features(self, items: list[tuple[_Labelled, Tokens]]) -> FeatureBatch:

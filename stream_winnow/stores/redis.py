@@ -949,15 +949,29 @@ class RedisStore(WeightStore):
         return calls
 
     def _run_scripts(self, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
-        """EVALSHA each (keys, args) in one pipeline; loads the script and resends on NOSCRIPT."""
+        """EVALSHA each (keys, args) in one round trip; loads the script and resends on NOSCRIPT.
+
+        A plain client's calls go as one packed request (``resp``): a learning batch of 4,000 Reuters
+        events writes about 19,500 rows in 16 calls, 39,000 arguments, which redis-py's pipeline
+        encoded at 6.2 ms for 8,000 of them against 1.6 ms packed (a throwaway timing).
+        """
         results: list[Any] = [None] * len(calls)
         pending = list(range(len(calls)))
+        packed = type(self.client) is redis.Redis
         for _ in range(2):
-            pipe = self.client.pipeline(transaction=False) if not self.is_cluster else self.client.pipeline()
-            for i in pending:
-                keys, args = calls[i]
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, **self._route(keys[0]))
-            replies = pipe.execute(raise_on_error=False)
+            if packed:
+                sha = script.sha.encode()
+                encode = resp.encode
+                replies = resp.replies(self.client, [
+                    [b"EVALSHA", sha, b"%d" % len(calls[i][0]), *map(encode, calls[i][0]), *map(encode, calls[i][1])]
+                    for i in pending
+                ])  # fmt: skip
+            else:
+                pipe = self.client.pipeline(transaction=False) if not self.is_cluster else self.client.pipeline()
+                for i in pending:
+                    keys, args = calls[i]
+                    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args, **self._route(keys[0]))
+                replies = pipe.execute(raise_on_error=False)
             missing = []
             for i, reply in zip(pending, replies, strict=True):
                 if isinstance(reply, NoScriptError):
