@@ -133,7 +133,11 @@ class BenchConfig:
     clients: tuple[str, ...] = ("confluent",)
     documents: int = 100_000
     kafka_python_documents: int | None = None
-    learn_events: int = 20_000
+    # As many as the other phases' documents (the issue asks for 100,000). At 20,000 (until 2026-12-04)
+    # the phase lasted ~3 s, and its first 0.8 s (a first batch of 673 events, learned while the rest
+    # were still being sent) was a quarter of it: 6,360 events/s over the whole, 8,224 after that batch
+    # (confluent; 5,658-6,438 in five runs, 7,283-8,702 in three over 100,000 on the same machine).
+    learn_events: int = 100_000
     latency_seconds: float = 10.0
     worker_args: tuple[str, ...] = ()
     peers: bool = True
@@ -237,7 +241,8 @@ def mistaken_labels(train: Sequence[LabelledDocument], events: Sequence[Labelled
     model predicts. Until 2026-12-04 the label was the lowest under the trained model, fixed per
     document: on the Reuters stream repeated to 20,000 events, the second time a document came its
     label had often been learned, and 16,274 of the 20,000 events (81 %) were mistakes; with
-    this, 20,000 (2.0 mistaken categories an event against 1.4), and the set-up takes ~5 s more.
+    this, 20,000 (2.0 mistaken categories an event against 1.4). It takes ~5 s for 20,000 events, ~25 s
+    for 100,000.
     """
     if not events:
         return [], 0
@@ -1611,7 +1616,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--documents", type=int, default=100_000, help="Documents per phase (the stream repeats).")
     parser.add_argument("--kafka-python-documents", type=int, default=0,
                         help="Cap for kafka-python, whose phases run ~3x longer; 0: no cap [default].")
-    parser.add_argument("--learn-events", type=int, default=20_000, help="Labelled events in the learning phase.")
+    parser.add_argument("--learn-events", type=int, default=BenchConfig.learn_events,
+                        help="Labelled events in the learning phase, at most --documents [default: %(default)s].")
     parser.add_argument("--latency-seconds", type=float, default=10.0, help="Length of the paced latency phase.")
     parser.add_argument("--latency-rate", type=float, default=None,
                         help="Offered docs/s in the latency phase [default: half the measured scoring rate].")
