@@ -769,16 +769,22 @@ class RedisStore(WeightStore):
         marker = (self._meta_prefix + "ev:").encode()
         counter_prefix = self._meta_prefix + "counter:"
         plan = []
+        # Events often share one counters tuple (the worker makes one per set of mistaken categories):
+        # its entries are built once, keyed by the tuple's identity while the events hold it.
+        entries_of: dict[int, list[list[Any]]] = {}
         for event in events:
             keys.append(marker + event.event_id.encode())
             marker_at = len(keys)
-            entries: list[list[Any]] = []
-            for name, amounts in _counter_amounts(event.counters).items():
-                at = at_of.get(name)
-                if at is None:
-                    keys.append(counter_prefix + name)
-                    at = at_of[name] = len(keys)
-                entries.append([at, amounts])
+            entries = entries_of.get(id(event.counters))
+            if entries is None:
+                entries = []
+                for name, amounts in _counter_amounts(event.counters).items():
+                    at = at_of.get(name)
+                    if at is None:
+                        keys.append(counter_prefix + name)
+                        at = at_of[name] = len(keys)
+                    entries.append([at, amounts])
+                entries_of[id(event.counters)] = entries
             plan.append([marker_at, ttl, "0" if event.changed_rows else "1", entries])
         return keys, [msgpack.packb(plan)]
 
