@@ -268,7 +268,18 @@ for s = n + 3, #KEYS do
     end
   end
 end
-for i = 1, n do redis.call('SET', KEYS[i + 2], ARGV[i + 6]) end
+-- MSET in chunks of 500 rows: one call a chunk, not a SET a row (19,520 rows in 16 scripts, a
+-- learning batch of 4,000 Reuters events: 60 ms against 51, a throwaway timing).
+local kv = {}
+for first = 1, n, 500 do
+  local j = 0
+  for i = first, math.min(first + 499, n) do
+    kv[j + 1] = KEYS[i + 2]
+    kv[j + 2] = ARGV[i + 6]
+    j = j + 2
+  end
+  redis.call('MSET', unpack(kv, 1, j))
+end
 for first = 1, #ids, 1000 do
   redis.call('SADD', KEYS[#KEYS], unpack(ids, first, math.min(first + 999, #ids)))
 end
