@@ -86,7 +86,7 @@ def main() -> None:
         copy_model(learner.store, RedisStore(client, "profile", learner.table_specs(), 16), replace=True)
         config = WorkerConfig(KafkaSettings(broker.bootstrap_servers), server.url, model="profile",
                               kafka_client=args.client)  # fmt: skip
-        learner = open_learner(client, "profile")
+        fitted, learner = learner, open_learner(client, "profile")  # the in-memory model is free to learn on
         learner.store = CachedStore(learner.store, config.max_staleness_ms, config.weight_cache_mib * 2**20)  # as run
         learner.store.prefetch()
         worker = Worker(config, _NoCommit(), make_producer(config.kafka, args.client),  # type: ignore[arg-type]
@@ -100,7 +100,7 @@ def main() -> None:
         if args.what == "learn" and args.labels == "mistaken":
             from benchmarks.service import mistaken_labels
 
-            mistaken = mistaken_labels(split.train, docs[: args.batch * (BATCHES + 1)])[0]
+            mistaken = mistaken_labels(fitted, docs[: args.batch * (BATCHES + 1)])[0]
         for start in range(0, args.batch * (BATCHES + 1), args.batch):
             records = []
             for i, doc in enumerate(docs[start : start + args.batch]):

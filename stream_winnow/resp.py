@@ -64,8 +64,6 @@ def execute(client: Any, commands: Sequence[Command]) -> list[Any]:
     A plain client's replies are as Redis sent them (``b"OK"``, integers, bulk strings); another
     client's, as its pipeline parses them (``True`` for ``OK``).
     """
-    if commands and type(client) is not redis.Redis:
-        return _pipelined(client, commands, raise_on_error=True)
     return _raise_first_error(replies(client, commands))
 
 
@@ -78,7 +76,10 @@ def replies(client: Any, commands: Sequence[Command]) -> list[Any]:
     if not commands:
         return []
     if type(client) is not redis.Redis:
-        return _pipelined(client, commands, raise_on_error=False)
+        pipe = client.pipeline(transaction=False)
+        for name, *arguments in commands:
+            pipe.execute_command(name.decode(), *arguments)  # a cluster routes by the name as str
+        return list(pipe.execute(raise_on_error=False))
     request = pack(commands)
     pool = client.connection_pool
     connection = pool.get_connection()
@@ -148,18 +149,10 @@ class Pending:
                 pass  # not wanted anyway
 
 
-def _pipelined(client: Any, commands: Sequence[Command], *, raise_on_error: bool) -> list[Any]:
-    """``commands`` through ``client``'s own pipeline (a Cluster's routes each by its keys)."""
-    pipe = client.pipeline(transaction=False)
-    for name, *arguments in commands:
-        pipe.execute_command(name.decode(), *arguments)  # a cluster routes by the name as str
-    return list(pipe.execute() if raise_on_error else pipe.execute(raise_on_error=False))
-
-
 def _raise_first_error(replies: list[Any]) -> list[Any]:
-    """``replies``, unless one is an error reply: then the first such is raised."""
+    """``replies``, unless one is an error (a reply, or what a pipeline returned in its place): then the first is raised."""
     for reply in replies:
-        if isinstance(reply, ResponseError):
+        if isinstance(reply, Exception):
             raise reply
     return replies
 

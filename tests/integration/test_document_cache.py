@@ -63,9 +63,9 @@ class RecordingPipeline:
         self.commands.append((_text(args[0]), _text(args[1])))
         return self.pipe.execute_command(*args, **kwargs)
 
-    def execute(self) -> list[Any]:
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
         self.owner.executions += 1
-        return list(self.pipe.execute())
+        return list(self.pipe.execute(raise_on_error=raise_on_error))
 
 
 def _text(argument: Any) -> str:
