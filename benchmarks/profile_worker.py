@@ -1,7 +1,7 @@
 """Profile one worker's batch processing in process: ``python -m benchmarks.profile_worker learn|score``.
 
 Starts the embedded broker and Redis, trains the default Balanced Winnow on the ModApte training split,
-loads it into Redis, and runs ``Worker.process`` over 40 batches of 500 prepared records under cProfile:
+loads it into Redis, and runs ``Worker.process`` over 40 batches (``--batches``) of 500 prepared records under cProfile:
 ``score`` feeds unlabelled documents, ``learn`` labelled events with tokens whose label is a category the
 document does not have (mostly mistakes). Offsets are not committed (there is no consumer), everything
 else is the real path: decoding, Redis reads and scripts, decisions produced to the broker. Prints
