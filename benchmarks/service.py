@@ -67,6 +67,7 @@ import numpy as np
 from stream_winnow.codec import DocumentMessage, LabelledEvent, encode_document, encode_labelled_event
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import TransportError
+from stream_winnow.learners.base import Learner
 from workers.transport import COMPRESSIONS
 
 __all__ = ["BenchConfig", "main", "run_benchmark"]
@@ -231,7 +232,7 @@ def train_model(train: Sequence[LabelledDocument]) -> Model:
     return Model(learner, tuple(learner.store.categories()), seconds)
 
 
-def mistaken_labels(learner: Any, events: Sequence[LabelledDocument]) -> tuple[list[str], int]:
+def mistaken_labels(learner: Learner, events: Sequence[LabelledDocument]) -> tuple[list[str], int]:
     """For each of ``events`` in order, the one category to label it with so that it is a mistake, and how many are.
 
     ``learner`` learns every event (pass a copy of the model the worker starts from: a deep copy of
@@ -1522,7 +1523,7 @@ def against_vw(results: dict[str, Any]) -> str:
     ''
     """
     vw = results.get("peers", {}).get(VW_PEER, {}).get("per_s", float("nan"))
-    if not vw == vw or vw <= 0:  # NaN (VW not installed) or nothing
+    if vw != vw or vw <= 0:  # NaN (VW not installed) or nothing
         return ""
     parts = []
     for client, figures in results["clients"].items():
