@@ -859,6 +859,9 @@ def phase_learning(env: Environment, client: str, model: str, events: Sequence[t
         updated = worker.metric("stream_winnow_updates_applied_total") or 0.0
         mistakes = worker.metric("stream_winnow_mistakes_total") or 0.0
         dead = worker.metric("stream_winnow_dead_letters_total") or 0.0
+        # The worker's own account of its batches: how many, and the seconds it spent in them.
+        batches = worker.metric("stream_winnow_batch_seconds_count") or 0.0
+        batch_s = worker.metric("stream_winnow_batch_seconds_sum") or 0.0
     finally:
         worker.stop()
     assert done_s is not None
@@ -872,6 +875,8 @@ def phase_learning(env: Environment, client: str, model: str, events: Sequence[t
         "model_version_delta": _model_version(env.redis_url, model) - version_before,
         "dead_letters": int(dead),
         "timing_resolution_s": _METRICS_POLL_S,
+        "batches": int(batches),
+        "batch_ms": 1000 * batch_s / batches if batches else float("nan"),
     }
 
 
@@ -1567,6 +1572,8 @@ def markdown(results: dict[str, Any]) -> str:
          lambda c: _f(c["learning"]["mistaken_categories_per_event"], 2)),
         ("learning: model version delta / events",
          lambda c: f"{c['learning']['model_version_delta']:,} / {c['learning']['events']:,}"),
+        ("learning: the worker's batches / its mean ms in a batch (metrics)",
+         lambda c: f"{c['learning']['batches']:,} / {_f(c['learning']['batch_ms'])}"),
         ("mixed docs/s (10 % labelled later, from cache)", lambda c: _f(c["mixed"]["per_s"])),
         ("mixed: labelled events learned / dead letters",
          lambda c: f"{c['mixed']['learned']:,} / {c['mixed']['dead_letters']:,}"),
