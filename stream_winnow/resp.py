@@ -19,28 +19,61 @@ can be repeated safely (``HSET`` of the same values, ``EXPIREAT`` of the same ti
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.exceptions import ResponseError
 
-__all__ = ["Pending", "encode", "execute", "pack", "replies"]
+__all__ = ["Arguments", "Pending", "command", "encode", "execute", "pack", "replies", "watched_transaction"]
 
 Command = Sequence[bytes]
 
 
-def pack(commands: Sequence[Command]) -> bytes:
-    """The RESP request for ``commands`` (each a command name and its arguments, all bytes)."""
+def pack(commands: Sequence[Command | bytes]) -> bytes:
+    """The RESP request for ``commands``: each a command name and its arguments (all bytes), or a
+    command already packed (``command``)."""
     out: list[bytes] = []
     add = out.append
     for command in commands:
+        if isinstance(command, bytes):
+            add(command)
+            continue
         add(b"*%d\r\n" % len(command))
         for argument in command:
             add(b"$%d\r\n" % len(argument))
             add(argument)
             add(b"\r\n")
     return b"".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Arguments:
+    """Arguments packed once, to end several commands: a learning batch's 4,000 event ids, added to
+    each of 16 shards' marker sets, are packed once, not 16 times."""
+
+    count: int
+    packed: bytes
+
+    @classmethod
+    def of(cls, arguments: Sequence[bytes]) -> Arguments:
+        """``arguments`` in RESP, as ``pack`` writes them.
+
+        >>> Arguments.of([b"ab", b"c"])
+        Arguments(count=2, packed=b'$2\\r\\nab\\r\\n$1\\r\\nc\\r\\n')
+        """
+        return cls(len(arguments), b"".join([b"$%d\r\n%b\r\n" % (len(a), a) for a in arguments]))
+
+
+def command(head: Command, tail: Arguments) -> bytes:
+    """One command packed: ``head`` (its name and first arguments), then ``tail``'s arguments.
+
+    >>> pack([command([b"SADD", b"k"], Arguments.of([b"a", b"b"]))]) == pack([[b"SADD", b"k", b"a", b"b"]])
+    True
+    """
+    packed = pack([head])  # "*<len(head)>\r\n", then head's arguments
+    return b"*%d\r\n" % (len(head) + tail.count) + packed[packed.index(b"\r\n") + 2 :] + tail.packed
 
 
 def encode(argument: bytes | str | int | float) -> bytes:
@@ -147,6 +180,38 @@ class Pending:
                 self.replies()
             except redis.exceptions.RedisError:
                 pass  # not wanted anyway
+
+
+def watched_transaction(
+    client: Any, watch: Sequence[bytes], read: Command, commands_for: Callable[[Any], Sequence[Command | bytes] | None]
+) -> list[Any] | None:
+    """An optimistic transaction in two round trips on one connection: ``WATCH watch`` and ``read``, then
+    ``MULTI``, the commands ``commands_for(read's reply)`` gives, ``EXEC``. Returns EXEC's replies.
+    ``client`` is a plain ``redis.Redis`` (a Cluster's keys may live on several nodes).
+
+    None when nothing was written: ``commands_for`` returned None (it saw a value it did not expect),
+    or a watched key changed before EXEC. Redis runs the commands as they are, with no script: a
+    learning batch's 19,520 rows of 768 bytes in 16 ``MSET`` cost Redis 3.7-4.0 ms in a throwaway
+    timing; the same rows passed as a Lua script's arguments to ``MSET`` calls, 36-47 ms. A connection
+    error is raised, not retried (the connection is dropped): EXEC may or may not have run, and only
+    the caller knows how to tell.
+    """
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        _, reply = _raise_first_error(_round_trip(connection, pack([[b"WATCH", *watch], read]), 2))
+        commands = commands_for(reply)
+        if commands is None:
+            _raise_first_error(_round_trip(connection, pack([[b"UNWATCH"]]), 1))
+            return None
+        request = pack([[b"MULTI"], *commands, [b"EXEC"]])
+        *_, replies = _raise_first_error(_round_trip(connection, request, len(commands) + 2))
+    except BaseException:
+        connection.disconnect()  # possibly watching, in a transaction or with replies unread: never reused as it is
+        raise
+    finally:
+        pool.release(connection)
+    return None if replies is None else _raise_first_error(list(replies))
 
 
 def _raise_first_error(replies: list[Any]) -> list[Any]:

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stream_winnow import resp
 from stream_winnow.errors import ConfigError, StoreError
 from stream_winnow.learners.balanced_winnow import BalancedWinnow
 from stream_winnow.stores import Bounds, CounterUpdate, MemoryStore, RowUpdate, TableSpec, Update
@@ -562,6 +563,68 @@ def test_a_row_changed_since_the_snapshot_writes_nothing(make_store: StoreFactor
     np.testing.assert_array_equal(after["positive"][5], before["positive"][5])
     assert store.applied_events(["e1"]) == [False]
     assert store.version == 1
+
+
+def test_a_write_between_the_counter_check_and_exec_writes_no_shard(
+    make_single_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A single node writes a fresh batch's shards in one WATCHed transaction: another worker's write
+    after the counters were checked, before EXEC, leaves every shard as it was (the scripts' way, only
+    that shard)."""
+    store = make_single_store()
+    store.ensure_categories(["a", "b"])
+    rival = make_single_store(model=store.model)
+    snapshot = store.read_for_update(IDS)
+    transactions: list[list[Any] | None] = []
+    real = resp.watched_transaction
+
+    def with_a_rival(client: Any, watch: Any, read: Any, commands_for: Callable[[Any], Any]) -> list[Any] | None:
+        def rival_writes_first(reply: Any) -> Any:
+            commands = commands_for(reply)  # the counters are as read: the transaction is built
+            assert commands is not None
+            rival.apply([RowUpdate("positive", IDS[5:6], np.array([1]), np.array([2.0]))], event_id="rival")
+            return commands
+
+        transactions.append(real(client, watch, read, rival_writes_first))
+        return transactions[-1]
+
+    monkeypatch.setattr(resp, "watched_transaction", with_a_rival)
+    before = store.read(IDS)
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) is None
+    assert transactions == [None]  # EXEC refused
+    after = store.read(IDS)
+    before["positive"][5, 1] *= 2.0  # the rival's write, and nothing of ours
+    for name in ("positive", "negative", "keep"):
+        np.testing.assert_array_equal(after[name], before[name])
+    assert store.applied_events(["e1", "rival"]) == [False, True]
+    assert store.version == 1
+
+
+def test_a_single_node_writes_fresh_batches_in_a_transaction_and_redeliveries_by_script(
+    make_single_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both row-write paths are exercised: the transaction for a fresh batch, the shard scripts (which
+    look the suspects up in the marker sets) for a batch holding an event attempted before."""
+    store = make_single_store()
+    store.ensure_categories(["a", "b"])
+    calls: list[int] = []
+    real = resp.watched_transaction
+
+    def counted(*args: Any) -> list[Any] | None:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(resp, "watched_transaction", counted)
+    snapshot = store.read_for_update(IDS)
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) == [True]
+    assert len(calls) == 1
+    again = store.read_for_update(IDS)
+    assert store.apply_rows(again, _learned(store, again.values, 1.5), _events("e1", "e2")) is None  # e1 is there
+    assert len(calls) == 1
+    fresh = store.read_for_update(IDS)
+    assert store.apply_rows(fresh, _learned(store, fresh.values, 1.5), _events("e3")) == [True]
+    assert len(calls) == 2
+    np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5 * 1.5, rtol=1e-6)
 
 
 def test_a_redelivery_after_a_partial_write_is_refused_and_completes_once(make_store: StoreFactory) -> None:
