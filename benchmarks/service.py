@@ -289,12 +289,7 @@ def model_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> di
     try:
         store = RedisStore(client, name, table_specs, shards)
         keys = store.model_keys()
-        total = 0
-        for start in range(0, len(keys), 1_000):
-            pipe = client.pipeline(transaction=False)
-            for key in keys[start : start + 1_000]:
-                pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
-            total += sum(int(n or 0) for n in pipe.execute())
+        total = _memory_usage(client, keys)
         features = store.n_features()
         categories = len(store.categories())
         tables = sum(1 for spec in store.tables.values() if spec.per_category)
@@ -310,6 +305,35 @@ def model_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> di
     finally:
         client.close()
 
+
+
+# Keys a model holds for exactly-once learning: shard marker sets (``evs:``), per-event markers in shards
+# and at the model level (``ev:``), attempt markers (``try:``). All expire with the events' TTL.
+_MARKER_PARTS = (b":evs:", b":ev:", b":try:")
+
+
+def marker_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> dict[str, int]:
+    """MEMORY USAGE summed over the model's event markers: what learning keeps besides the weights."""
+    from stream_winnow.models import connect
+    from stream_winnow.stores.redis import RedisStore
+
+    client = connect(redis_url)
+    try:
+        keys = [k for k in RedisStore(client, name, table_specs, shards).model_keys() if any(p in k for p in _MARKER_PARTS)]
+        return {"keys": len(keys), "bytes": _memory_usage(client, keys)}
+    finally:
+        client.close()
+
+
+def _memory_usage(client: Any, keys: Sequence[bytes]) -> int:
+    """MEMORY USAGE of ``keys`` summed (every member of a set counted: no sampling)."""
+    total = 0
+    for start in range(0, len(keys), 1_000):
+        pipe = client.pipeline(transaction=False)
+        for key in keys[start : start + 1_000]:
+            pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
+        total += sum(int(n or 0) for n in pipe.execute())
+    return total
 
 # ---------------------------------------------------------------------------------------------------
 # Kafka helpers: pre-loading, the collector
@@ -1404,6 +1428,8 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                 write_model(model, env.redis_url, learn_model, settings.shards, len(train))
                 events = learn_events[: min(len(learn_events), n)]
                 out["learning"] = phase_learning(env, client, learn_model, events)
+                out["learning"]["markers"] = marker_memory(env.redis_url, learn_model, settings.shards,
+                                                           model.learner.table_specs())  # fmt: skip
                 say(f"[{client}] learning: {out['learning']['per_s']:,.0f}/s")
             if "mixed" in config.phases:
                 mixed_model = f"{MODEL}-m-{client}"
@@ -1462,6 +1488,18 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
 
 def _f(value: float, digits: int = 0) -> str:
     return "n/a" if value != value else f"{value:,.{digits}f}"  # NaN check
+
+
+def _markers(learning: dict[str, Any]) -> str:
+    """MiB of the markers, and bytes an event learned.
+
+    >>> _markers({"events": 100_000, "markers": {"keys": 200_016, "bytes": 125_829_120}})
+    '120.0 / 1,258'
+    """
+    markers = learning.get("markers")
+    if not markers or not learning["events"]:
+        return "–"
+    return f"{markers['bytes'] / 2**20:.1f} / {_f(markers['bytes'] / learning['events'])}"
 
 
 def _cpu(runs: Sequence[dict[str, Any]], key: str = "cpu_us_per_document") -> str:
@@ -1574,6 +1612,8 @@ def markdown(results: dict[str, Any]) -> str:
          lambda c: f"{c['learning']['model_version_delta']:,} / {c['learning']['events']:,}"),
         ("learning: the worker's batches / its mean ms in a batch (metrics)",
          lambda c: f"{c['learning']['batches']:,} / {_f(c['learning']['batch_ms'])}"),
+        ("learning: Redis memory of the events' markers, MiB / bytes an event (kept 7 days and a day)",
+         lambda c: _markers(c["learning"])),
         ("mixed docs/s (10 % labelled later, from cache)", lambda c: _f(c["mixed"]["per_s"])),
         ("mixed: labelled events learned / dead letters",
          lambda c: f"{c['mixed']['learned']:,} / {c['mixed']['dead_letters']:,}"),
