@@ -247,20 +247,25 @@ return out
 """
 
 # Write a batch's learned rows if no row of the shard was written since they were read.
-# KEYS[1] shard row count, KEYS[2] its write counter, KEYS[3..n+2] rows, then the shard's marker sets
-# (time buckets, the current one last), which must not hold any of the suspects.
+# KEYS[1] shard row count, KEYS[2] its write counter, KEYS[3..n+2] rows, then g model-level markers of
+# the suspects (a single node's: a batch written in one transaction marks its events there only), then
+# the shard's marker sets (time buckets, the current one last), which must not hold any of the suspects.
 # ARGV[1] the write counter as read, ARGV[2] n, ARGV[3] expiry (unix s) of the current set, ARGV[4] rows
 # created (absent when read), ARGV[5] msgpack list of the events' ids (marked here), ARGV[6] msgpack list
-# of the suspects (the ids attempted before: only they can be in a marker set), then n new rows (one
-# argument each: one argument of all rows cut with string.sub cost Redis 4.3 instead of 2.2 ms for 900 rows).
-# Returns -1 (nothing written) if the shard was written or a suspect was applied here, else rows created.
+# of the suspects (the ids attempted before: only they can be in a marker set), ARGV[7] g, then n new
+# rows (one argument each: one argument of all rows cut with string.sub cost Redis 4.3 instead of 2.2 ms
+# for 900 rows). Returns -1 (nothing written) if the shard was written or a suspect was applied, else
+# rows created.
 _WRITE_ROWS_LUA = """
-local n = tonumber(ARGV[2])
+local n, g = tonumber(ARGV[2]), tonumber(ARGV[7])
 if tonumber(redis.call('GET', KEYS[2]) or '0') ~= tonumber(ARGV[1]) then return -1 end
+for k = n + 3, n + 2 + g do
+  if redis.call('EXISTS', KEYS[k]) == 1 then return -1 end
+end
 local ids = cmsgpack.unpack(ARGV[5])
 local suspects = cmsgpack.unpack(ARGV[6])
 -- Variadic calls in chunks (unpack is bounded by Lua's C stack).
-for s = n + 3, #KEYS do
+for s = n + 3 + g, #KEYS do
   for first = 1, #suspects, 1000 do
     local last = math.min(first + 999, #suspects)
     for _, member in ipairs(redis.call('SMISMEMBER', KEYS[s], unpack(suspects, first, last))) do
@@ -275,7 +280,7 @@ for first = 1, n, 500 do
   local j = 0
   for i = first, math.min(first + 499, n) do
     kv[j + 1] = KEYS[i + 2]
-    kv[j + 2] = ARGV[i + 6]
+    kv[j + 2] = ARGV[i + 7]
     j = j + 2
   end
   redis.call('MSET', unpack(kv, 1, j))
@@ -719,8 +724,10 @@ class RedisStore(WeightStore):
         ``apply_many``, whose per-event scripts skip the shards already written.
 
         On a single node, a batch none of whose events was attempted before (every batch but a
-        redelivery's) goes as one transaction of plain commands instead (``_write_rows_at_once``):
-        the same check and writes, all shards or none, without Lua copying the rows.
+        redelivery's) goes as one transaction of plain commands instead (``_write_batch_at_once``):
+        the same check, then the rows and the meta step together, all or nothing, without Lua
+        copying the rows and without shard markers (a redelivery finds the model-level ones, which
+        the shard scripts look up for their suspects on a single node).
         """
         token, writes, stored = snapshot.token, snapshot.writes, snapshot.stored
         if not isinstance(token, _RowsAsRead) or writes is None or stored is None:
@@ -749,13 +756,11 @@ class RedisStore(WeightStore):
             changed_ids = ids[changed]
             parts = self._shard_rows(changed_ids, new[changed], ~stored[changed])
             with _store_errors("writing learned rows"):
-                if not suspects and type(self.client) is redis.Redis:
-                    if not self._write_rows_at_once(parts, writes, fresh_ids):
-                        return None
-                else:
-                    calls = self._write_rows_calls(parts, writes, fresh_ids, suspects)
-                    if any(reply == -1 for reply in self._run_scripts(self._write_rows, calls)):
-                        return None
+                if not suspects and type(self.client) is redis.Redis and _distinct(events):
+                    return self._write_batch_at_once(parts, writes, events)
+                calls = self._write_rows_calls(parts, writes, fresh_ids, suspects)
+                if any(reply == -1 for reply in self._run_scripts(self._write_rows, calls)):
+                    return None
         if not events:
             return []
         with _store_errors("writing learned rows"):
@@ -781,52 +786,92 @@ class RedisStore(WeightStore):
             ))  # fmt: skip
         return parts
 
-    def _write_rows_at_once(self, parts: Sequence[_ShardRows], writes: Mapping[int, int], event_ids: Sequence[str]) -> bool:
-        """A single node's row write when no event of the batch was attempted before: one ``MULTI``/``EXEC``
-        of plain commands, if every written shard's write counter is still as read (``WATCH``ed).
+    def _write_batch_at_once(
+        self, parts: Sequence[_ShardRows], writes: Mapping[int, int], events: Sequence[LearnedEvent]
+    ) -> list[bool] | None:
+        """A single node's whole write of a batch none of whose events was attempted before: the rows,
+        the events' model-level markers, their counters and the version, in one ``MULTI``/``EXEC`` of
+        plain commands, if every written shard's write counter is as read (``WATCH``ed) and no event
+        that changed rows is marked yet. Returns ``apply_rows``'s reply; None if nothing was written.
 
-        No event attempted before is in any marker set, so the counters are the whole check. The
-        writes of a batch of 4,000 Reuters mistakes (19,520 rows of 768 bytes, 4,000 markers a shard)
-        cost Redis 13-14 ms this way against 58-66 ms as 16 ``_WRITE_ROWS_LUA`` scripts, which copy
-        every row into Lua and out again; the client waited 53-68 ms against 82-95 (a throwaway
-        timing, four alternating pairs). Over the worker's whole batch (``python -m
-        benchmarks.profile_worker learn --batch 4000``), Redis was busy 71 ms against 130.
-        False (nothing written) when a counter moved; the shards are then all as they were. A lost
-        connection leaves unknown whether EXEC ran: its ``StoreError`` sends the batch round again, and
-        its events, attempted now, are looked up in the marker sets as suspects.
+        Only the counters are watched: ``WATCH`` of a batch's 4,000 markers cost Redis 55 ms, as
+        Redis 7.0 looks each key up in the client's list of watched keys. They need not be. Any other
+        worker with one of these events attempts it after us, so finds it a suspect and writes its
+        rows after our snapshot: a shard we write, so EXEC fails. One that only marks it (its model
+        had the event right) leaves the rows and counts to us; the event's reply is then False.
+
+        The rows and the markers land together, so a redelivery finds the model-level marker and no
+        shard needs one: the shards' marker sets are only for the scripts' way (a Cluster's shards, or
+        a batch holding events attempted before), which can be cut short between shards. The writes
+        of a batch of 4,000 Reuters mistakes (19,520 rows of 768 bytes) cost Redis 13-14 ms as plain
+        commands against 58-66 ms as 16 ``_WRITE_ROWS_LUA`` scripts, which copy every row into Lua and
+        out again (a throwaway timing, four alternating pairs, with the shards' markers then still in
+        it). A lost connection leaves unknown whether EXEC ran: its ``StoreError`` sends the batch
+        round again, and its events, attempted now, are suspects, which ``_WRITE_ROWS_LUA`` looks up
+        by their model-level markers on a single node.
         """
+        ttl = b"%d" % self.event_ttl_s
         write_keys = [self._write_keys[p.shard] for p in parts]
         expected = [writes.get(p.shard, 0) for p in parts]
-        members = resp.Arguments.of([e.encode() for e in event_ids])
+        markers = [(self._meta_prefix + "ev:" + e.event_id).encode() for e in events]
+        fresh = [i for i, e in enumerate(events) if e.changed_rows]
+        fresh_markers = [markers[i] for i in fresh]
+        # After the rows: each event's marker (its reply is the event's), the counters, the version.
+        meta = [[b"SET", marker, b"1", b"NX", b"EX", ttl] for marker in markers]
+        meta += self._counter_sums([events[i] for i in fresh])
+        if fresh:
+            meta.append([b"INCRBY", self._version_key.encode(), b"%d" % len(fresh)])
 
-        def commands_for(counters: Sequence[bytes | None]) -> list[list[bytes] | bytes] | None:
-            if [int(c or 0) for c in counters] != expected:
+        def commands_for(values: Sequence[bytes | None]) -> list[list[bytes]] | None:
+            counters, marked = values[: len(write_keys)], values[len(write_keys) :]
+            if [int(c or 0) for c in counters] != expected or any(m is not None for m in marked):
                 return None
-            commands: list[list[bytes] | bytes] = []
+            commands: list[list[bytes]] = []
             for part in parts:
                 pairs: list[bytes] = [b""] * (2 * len(part.keys))
                 pairs[0::2], pairs[1::2] = part.keys, part.rows
                 commands.append([b"MSET", *pairs])
-                if members.count:
-                    expire_at, sets = self._marker_sets(part.shard)
-                    commands += [resp.command([b"SADD", sets[-1]], members), [b"EXPIREAT", sets[-1], b"%d" % expire_at]]
                 if part.created:
                     commands.append([b"INCRBY", self._count_keys[part.shard], b"%d" % part.created])
                 commands.append([b"INCR", self._write_keys[part.shard]])
-            return commands
+            return commands + meta
 
-        return resp.watched_transaction(self.client, write_keys, [b"MGET", *write_keys], commands_for) is not None
+        replies = resp.watched_transaction(self.client, write_keys, [b"MGET", *write_keys, *fresh_markers], commands_for)
+        if replies is None:
+            return None
+        first = len(replies) - len(meta)
+        return [reply is not None for reply in replies[first : first + len(markers)]]
+
+    def _counter_sums(self, events: Sequence[LearnedEvent]) -> list[list[bytes]]:
+        """``HINCRBYFLOAT`` of each counter field, summed over ``events`` in order as ``_APPLY_METAS_LUA``
+        sums them (doubles, written with ``%.17g``), so either way leaves the same counters."""
+        sums: dict[str, dict[str, float]] = {}
+        for event in events:
+            for name, amounts in _counter_amounts(event.counters).items():
+                fields = sums.setdefault(name, {})
+                for j in range(0, len(amounts), 2):
+                    fields[amounts[j]] = fields.get(amounts[j], 0) + float(amounts[j + 1])
+        prefix = self._meta_prefix + "counter:"
+        return [
+            [b"HINCRBYFLOAT", (prefix + name).encode(), field.encode(), b"%.17g" % total]
+            for name, fields in sums.items()
+            for field, total in fields.items()
+        ]
 
     def _write_rows_calls(
         self, parts: Sequence[_ShardRows], writes: Mapping[int, int], event_ids: Sequence[str], suspects: Sequence[str]
     ) -> list[tuple[list[bytes], list[Any]]]:
-        """``_WRITE_ROWS_LUA``'s (keys, args) per shard: a Cluster's write, or any batch with suspects to look for."""
+        """``_WRITE_ROWS_LUA``'s (keys, args) per shard: a Cluster's write, or a batch with suspects to look for
+        (or an event id twice)."""
         fresh, suspected = msgpack.packb(list(event_ids)), msgpack.packb(list(suspects))
+        # A Cluster keeps model-level keys in another slot than a shard's; it never writes a batch at once.
+        guards = [] if self.is_cluster else [(self._meta_prefix + "ev:" + e).encode() for e in suspects]
         calls = []
         for part in parts:
             expire_at, sets = self._marker_sets(part.shard)
-            keys = [self._count_keys[part.shard], self._write_keys[part.shard], *part.keys, *sets]
-            args = [writes.get(part.shard, 0), len(part.keys), expire_at, part.created, fresh, suspected, *part.rows]
+            keys = [self._count_keys[part.shard], self._write_keys[part.shard], *part.keys, *guards, *sets]
+            args = [writes.get(part.shard, 0), len(part.keys), expire_at, part.created, fresh, suspected, len(guards),
+                    *part.rows]  # fmt: skip
             calls.append((keys, args))
         return calls
 
@@ -1266,6 +1311,11 @@ class RedisStore(WeightStore):
         self._categories, self._column, self._categories_tuple = [], {}, ()
         self._categories_checked = float("-inf")
         return deleted
+
+
+def _distinct(events: Sequence[LearnedEvent]) -> bool:
+    """No event id twice: the one-transaction write counts every event that changed rows once."""
+    return len({e.event_id for e in events}) == len(events)
 
 
 def _stored(rows: Sequence[bytes | None]) -> np.ndarray:

@@ -529,6 +529,14 @@ def _events(*ids: str) -> list[LearnedEvent]:
     return [LearnedEvent(e, (CounterUpdate("updates", {"*": 1.0, "a": 1.0}),), True) for e in ids]
 
 
+def _by_scripts(store: RedisStore, snapshot: Any, learned: dict[str, np.ndarray], events: list[LearnedEvent]) -> Any:
+    """``apply_rows`` the shard scripts' way on either backend: its events attempted once before (a
+    redelivery), as a single node writes a fresh batch in one transaction, markers and all, which no
+    crash can cut between its shards and its model-level markers."""
+    store._attempted([e.event_id for e in events if e.changed_rows])
+    return store.apply_rows(snapshot, learned, events)
+
+
 def test_written_rows_equal_applying_the_same_change_as_updates(make_store: StoreFactory) -> None:
     store = make_store()
     store.ensure_categories(["a", "b"])
@@ -627,12 +635,64 @@ def test_a_single_node_writes_fresh_batches_in_a_transaction_and_redeliveries_by
     np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5 * 1.5, rtol=1e-6)
 
 
+def test_a_batch_written_at_once_is_marked_at_the_model_level_only_and_never_applied_twice(
+    make_single_store: StoreFactory,
+) -> None:
+    """The one-transaction write marks its events where a redelivery looks first (the model-level
+    markers), with the rows, counters and version: no shard marker set holds them (about 1 KB an event
+    over 16 shards, kept a week), and a redelivery, by either path, changes nothing."""
+    store = make_single_store()
+    store.ensure_categories(["a", "b"])
+    snapshot = store.read_for_update(IDS)
+    events = [*_events("e1", "e2"), LearnedEvent("e3", (), False)]
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), events) == [True, True, True]
+    assert not [key for key in store.model_keys() if b":evs:" in key]
+    assert store.applied_events(["e1", "e2", "e3", "e4"]) == [True, True, True, False]
+    assert store.version == 2  # e3 changed nothing: marked, not versioned
+    assert store.counters("updates") == {"*": 2.0, "a": 2.0}
+    written = store.read(IDS)
+    # Redelivered: the scripts' way (e1 is a suspect now) finds its marker, so does the event-by-event way.
+    again = store.read_for_update(IDS)
+    assert store.apply_rows(again, _learned(store, again.values, 1.5), _events("e1")) is None
+    assert store.apply_many([([RowUpdate("positive", IDS[:20], np.array([0]), np.array([1.5]))], "e1")]) == [False]
+    for name in ("positive", "negative", "keep"):
+        np.testing.assert_array_equal(store.read(IDS)[name], written[name])
+    assert store.version == 2 and store.counters("updates") == {"*": 2.0, "a": 2.0}
+
+
+def test_an_event_only_marked_by_another_worker_after_the_check_is_learned_once(
+    make_single_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the write counters are WATCHed, not the events' markers: another worker that marks one of
+    the batch's events without changing rows (its model had it right), between the check and EXEC,
+    leaves the rows and counts to this batch, once; that event's reply is False."""
+    store = make_single_store()
+    store.ensure_categories(["a", "b"])
+    snapshot = store.read_for_update(IDS)
+    real = resp.watched_transaction
+
+    def with_a_rival(client: Any, watch: Any, read: Any, commands_for: Callable[[Any], Any]) -> list[Any] | None:
+        def rival_marks_first(reply: Any) -> Any:
+            commands = commands_for(reply)
+            # What the meta step of an event that changed nothing does: its marker, and nothing else.
+            assert store.client.set(f"sw:{{{store.model}}}:ev:e2".encode(), b"1", nx=True, ex=3600)
+            return commands
+
+        return real(client, watch, read, rival_marks_first)
+
+    monkeypatch.setattr(resp, "watched_transaction", with_a_rival)
+    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1", "e2")) == [True, False]
+    assert store.applied_events(["e1", "e2"]) == [True, True]
+    assert store.version == 2 and store.counters("updates") == {"*": 2.0, "a": 2.0}
+    np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5, rtol=1e-6)
+
+
 def test_a_redelivery_after_a_partial_write_is_refused_and_completes_once(make_store: StoreFactory) -> None:
     """A crash after some shards were written: the markers there send the batch the event-by-event way."""
     store = make_store()
     store.ensure_categories(["a", "b"])
     snapshot = store.read_for_update(IDS)
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) == [True]
+    assert _by_scripts(store, snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) == [True]
     # Simulate "shards written, meta not": drop the model-level marker only.
     store.client.delete(f"sw:{{{store.model}}}:ev:e1".encode())
     again = store.read_for_update(IDS)
@@ -671,8 +731,9 @@ def test_every_event_in_a_shard_marker_set_was_marked_as_attempted_first(make_st
     assert store.apply(update, event_id="one")
     marked = {member.decode() for key in store.model_keys() if b":evs:" in key
               for member in store.client.smembers(key)}  # fmt: skip
-    assert marked == {"rows", "many", "one"}
-    attempted = [store.client.exists(f"sw:{{{store.model}}}:try:{e}".encode()) for e in sorted(marked)]
+    # A single node writes a fresh batch in one transaction, its markers at the model level only.
+    assert marked == ({"rows", "many", "one"} if store.is_cluster else {"many", "one"})
+    attempted = [store.client.exists(f"sw:{{{store.model}}}:try:{e}".encode()) for e in ("rows", "many", "one")]
     assert attempted == [1, 1, 1]
     # Attempt markers outlive the marker sets they guard.
     sets_ttl = max(store.client.ttl(key) for key in store.model_keys() if b":evs:" in key)
@@ -685,7 +746,7 @@ def test_a_fresh_batch_is_written_though_the_marker_sets_are_full(make_store: St
     store = make_store()
     store.ensure_categories(["a", "b"])
     first = store.read_for_update(IDS)
-    assert store.apply_rows(first, _learned(store, first.values, 1.5), _events("old")) == [True]
+    assert _by_scripts(store, first, _learned(store, first.values, 1.5), _events("old")) == [True]
     store.client.delete(f"sw:{{{store.model}}}:ev:old".encode())  # a crash before the meta step
     snapshot = store.read_for_update(IDS)
     assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("new", "old")) is None
@@ -740,7 +801,7 @@ def test_event_by_event_apply_skips_shards_the_row_write_marked(make_store: Stor
     store = make_store()
     store.ensure_categories(["a", "b"])
     snapshot = store.read_for_update(IDS)
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) == [True]
+    assert _by_scripts(store, snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) == [True]
     written = store.read(IDS)["positive"].copy()
     store.client.delete(f"sw:{{{store.model}}}:ev:e1".encode())
     store.apply([RowUpdate("positive", IDS[:20], np.array([0]), np.array([1.5]))], event_id="e1")
