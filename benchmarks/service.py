@@ -617,6 +617,19 @@ class WorkerProcess:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+    def slow_batches(self, over_s: float = 0.1) -> int | None:
+        """Batches that took over ``over_s`` (a bucket bound of ``stream_winnow_batch_seconds``) so far, by /metrics."""
+        text = self._get("/metrics")
+        if text is None:
+            return None
+        count = within = None
+        for line in text.splitlines():
+            if line.startswith("stream_winnow_batch_seconds_count "):
+                count = float(line.rsplit(" ", 1)[1])
+            elif line.startswith(f'stream_winnow_batch_seconds_bucket{{le="{over_s}"}} '):
+                within = float(line.rsplit(" ", 1)[1])
+        return None if count is None or within is None else int(count - within)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -1103,6 +1116,8 @@ def _paced(
         producer.flush()
         collector.wait_for(n, env.timeout_s, check)
         usage_to = _usage(runner.pid, env.broker_pid, env.redis_pid)
+        # Whether the worker's own batches stalled, or it waited elsewhere (warm-up included).
+        slow = runner.slow_batches() if isinstance(runner, WorkerProcess) else None
     finally:
         producer.close()
         if isinstance(runner, WorkerProcess):
@@ -1158,6 +1173,7 @@ def _paced(
         # fetch, so its cost grows through a run; see benchmarks/broker_cost.py).
         "p99_ms_by_third": p99_by_third,
         "broker_cpu_percent_by_third": broker_by_third,
+        "worker_batches_over_100ms": slow,
     }
 
 
@@ -1630,6 +1646,9 @@ def markdown(results: dict[str, Any]) -> str:
          lambda c: "; ".join(_split(run) for run in c["latency_runs"])),
         ("latency: p99 ms in each third of the counted time, the worker's runs; the bare pipe's",
          lambda c: f"{_thirds(c['latency_runs'], 'p99_ms_by_third')}; {_thirds(c['pipe_latency_runs'], 'p99_ms_by_third')}"),
+        ("latency: the worker's batches over 100 ms, each run (its metrics, warm-up included)",
+         lambda c: ", ".join("–" if r.get("worker_batches_over_100ms") is None else f"{r['worker_batches_over_100ms']:,}"
+                             for r in c["latency_runs"])),
         ("latency: the broker's CPU, % of a core, in each third, the worker's runs; the bare pipe's",
          lambda c: f"{_thirds(c['latency_runs'], 'broker_cpu_percent_by_third', 0)}; "
                    f"{_thirds(c['pipe_latency_runs'], 'broker_cpu_percent_by_third', 0)}"),

@@ -86,6 +86,9 @@ def test_every_figure_is_reported() -> None:
         parts = run["to_decided_p50_p99_ms"] + run["after_decided_p50_p99_ms"]
         assert all(x >= 0 for x in parts), parts
     assert all(run["to_decided_p50_p99_ms"] is None for run in figures["pipe_latency_runs"])
+    # The worker's own slow batches, from its histogram; the bare pipe has none to tell.
+    assert all(run["worker_batches_over_100ms"] >= 0 for run in figures["latency_runs"])
+    assert all(run["worker_batches_over_100ms"] is None for run in figures["pipe_latency_runs"])
     # Each run in thirds of its counted documents: a p99 for each, and the broker's share of a core.
     for run in runs:
         assert len(run["p99_ms_by_third"]) == len(run["broker_cpu_percent_by_third"]) == 3, run
@@ -105,7 +108,7 @@ def test_every_figure_is_reported() -> None:
     assert len(results["profile"]["top"]) == 5
     table = markdown(results)
     for row in ("bare pipe", "scoring docs/s", "learning events/s", "mixed docs/s", "p50 / p95 / p99", "bare pipe at the same load",
-                "longest gc pause", "Against Vowpal Wabbit in process", "the worker's batches / its mean ms", "the events' markers", "seconds counted", "1 partition a topic", "each latency run on a fresh embedded broker", "in each third", "CPU, µs a document", "ts → decided_ts", "the broker's CPU", "stolen by the host", "bytes per weight", "vowpalwabbit", "river"):  # fmt: skip
+                "longest gc pause", "Against Vowpal Wabbit in process", "the worker's batches / its mean ms", "the events' markers", "batches over 100 ms", "seconds counted", "1 partition a topic", "each latency run on a fresh embedded broker", "in each third", "CPU, µs a document", "ts → decided_ts", "the broker's CPU", "stolen by the host", "bytes per weight", "vowpalwabbit", "river"):  # fmt: skip
         assert row in table
     json.dumps(results, default=str)
 
