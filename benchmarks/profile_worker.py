@@ -151,7 +151,7 @@ def main() -> None:
         if scripts:
             p50, p99 = np.percentile(scripts, [50, 99])
             print(f"Redis scripts: {len(scripts):,} ({len(scripts) / args.batches:.1f} a batch), µs each: p50 {p50:,.0f}, "
-                  f"p99 {p99:,.0f}, max {max(scripts):,}; {sum(scripts) / args.batches / 1000:.1f} ms a batch")  # fmt: skip
+                  f"p99 {p99:,.0f}, max {max(scripts):,}; {sum(scripts) / args.batches / 1000:.1f} ms a batch")
         print("Redis ms a batch by command: " + _by_command(log, args.batches))
 
 
@@ -170,6 +170,7 @@ def _by_command(log: list[dict[str, Any]], batches: int) -> str:
         totals[name] = totals.get(name, 0) + int(entry["duration"])
     ranked = sorted(totals.items(), key=lambda item: -item[1])
     return ", ".join(f"{name} {us / batches / 1000:.1f}" for name, us in ranked)
+
 
 def _time_rounds(worker: Worker, batches: list[list[Record]], rounds: int, what: str, client: str) -> None:
     """Wall ms and process CPU µs a batch, each round over every batch; the median round last."""

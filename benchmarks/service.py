@@ -306,7 +306,6 @@ def model_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> di
         client.close()
 
 
-
 # Keys a model holds for exactly-once learning: shard marker sets (``evs:``), per-event markers in shards
 # and at the model level (``ev:``), attempt markers (``try:``). All expire with the events' TTL.
 _MARKER_PARTS = (b":evs:", b":ev:", b":try:")
@@ -334,6 +333,7 @@ def _memory_usage(client: Any, keys: Sequence[bytes]) -> int:
             pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
         total += sum(int(n or 0) for n in pipe.execute())
     return total
+
 
 # ---------------------------------------------------------------------------------------------------
 # Kafka helpers: pre-loading, the collector

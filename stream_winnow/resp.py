@@ -20,60 +20,27 @@ can be repeated safely (``HSET`` of the same values, ``EXPIREAT`` of the same ti
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.exceptions import ResponseError
 
-__all__ = ["Arguments", "Pending", "command", "encode", "execute", "pack", "replies", "watched_transaction"]
+__all__ = ["Pending", "encode", "execute", "pack", "replies", "watched_transaction"]
 
 Command = Sequence[bytes]
 
 
-def pack(commands: Sequence[Command | bytes]) -> bytes:
-    """The RESP request for ``commands``: each a command name and its arguments (all bytes), or a
-    command already packed (``command``)."""
+def pack(commands: Sequence[Command]) -> bytes:
+    """The RESP request for ``commands`` (each a command name and its arguments, all bytes)."""
     out: list[bytes] = []
     add = out.append
     for command in commands:
-        if isinstance(command, bytes):
-            add(command)
-            continue
         add(b"*%d\r\n" % len(command))
         for argument in command:
             add(b"$%d\r\n" % len(argument))
             add(argument)
             add(b"\r\n")
     return b"".join(out)
-
-
-@dataclass(frozen=True, slots=True)
-class Arguments:
-    """Arguments packed once, to end several commands: a learning batch's 4,000 event ids, added to
-    each of 16 shards' marker sets, are packed once, not 16 times."""
-
-    count: int
-    packed: bytes
-
-    @classmethod
-    def of(cls, arguments: Sequence[bytes]) -> Arguments:
-        """``arguments`` in RESP, as ``pack`` writes them.
-
-        >>> Arguments.of([b"ab", b"c"])
-        Arguments(count=2, packed=b'$2\\r\\nab\\r\\n$1\\r\\nc\\r\\n')
-        """
-        return cls(len(arguments), b"".join([b"$%d\r\n%b\r\n" % (len(a), a) for a in arguments]))
-
-
-def command(head: Command, tail: Arguments) -> bytes:
-    """One command packed: ``head`` (its name and first arguments), then ``tail``'s arguments.
-
-    >>> pack([command([b"SADD", b"k"], Arguments.of([b"a", b"b"]))]) == pack([[b"SADD", b"k", b"a", b"b"]])
-    True
-    """
-    packed = pack([head])  # "*<len(head)>\r\n", then head's arguments
-    return b"*%d\r\n" % (len(head) + tail.count) + packed[packed.index(b"\r\n") + 2 :] + tail.packed
 
 
 def encode(argument: bytes | str | int | float) -> bytes:
@@ -183,18 +150,17 @@ class Pending:
 
 
 def watched_transaction(
-    client: Any, watch: Sequence[bytes], read: Command, commands_for: Callable[[Any], Sequence[Command | bytes] | None]
+    client: Any, watch: Sequence[bytes], read: Command, commands_for: Callable[[Any], Sequence[Command] | None]
 ) -> list[Any] | None:
     """An optimistic transaction in two round trips on one connection: ``WATCH watch`` and ``read``, then
     ``MULTI``, the commands ``commands_for(read's reply)`` gives, ``EXEC``. Returns EXEC's replies.
     ``client`` is a plain ``redis.Redis`` (a Cluster's keys may live on several nodes).
 
     None when nothing was written: ``commands_for`` returned None (it saw a value it did not expect),
-    or a watched key changed before EXEC. Redis runs the commands as they are, with no script: a
-    learning batch's 19,520 rows of 768 bytes in 16 ``MSET`` cost Redis 3.7-4.0 ms in a throwaway
-    timing; the same rows passed as a Lua script's arguments to ``MSET`` calls, 36-47 ms. A connection
-    error is raised, not retried (the connection is dropped): EXEC may or may not have run, and only
-    the caller knows how to tell.
+    or a watched key changed before EXEC. Redis runs the commands as they are, with no script to copy
+    their arguments (the weight store's learned rows: ``RedisStore._write_batch_at_once``). A
+    connection error is raised, not retried (the connection is dropped): EXEC may or may not have
+    run, and only the caller knows how to tell.
     """
     pool = client.connection_pool
     connection = pool.get_connection()

@@ -794,26 +794,28 @@ class RedisStore(WeightStore):
         plain commands, if every written shard's write counter is as read (``WATCH``ed) and no event
         that changed rows is marked yet. Returns ``apply_rows``'s reply; None if nothing was written.
 
-        Only the counters are watched: ``WATCH`` of a batch's 4,000 markers cost Redis 55 ms, as
-        Redis 7.0 looks each key up in the client's list of watched keys. They need not be. Any other
+        Only the counters are watched: ``WATCH`` of a batch's 4,000 markers too cost Redis 55 ms a
+        batch (the same command, on a variant that watched them), as Redis 7.0 looks each key up in
+        the client's list of watched keys. They need not be. Any other
         worker with one of these events attempts it after us, so finds it a suspect and writes its
         rows after our snapshot: a shard we write, so EXEC fails. One that only marks it (its model
         had the event right) leaves the rows and counts to us; the event's reply is then False.
 
         The rows and the markers land together, so a redelivery finds the model-level marker and no
         shard needs one: the shards' marker sets are only for the scripts' way (a Cluster's shards, or
-        a batch holding events attempted before), which can be cut short between shards. The writes
-        of a batch of 4,000 Reuters mistakes (19,520 rows of 768 bytes) cost Redis 13-14 ms as plain
-        commands against 58-66 ms as 16 ``_WRITE_ROWS_LUA`` scripts, which copy every row into Lua and
-        out again (a throwaway timing, four alternating pairs, with the shards' markers then still in
-        it). A lost connection leaves unknown whether EXEC ran: its ``StoreError`` sends the batch
+        a batch holding events attempted before), which can be cut short between shards. A batch of
+        4,000 Reuters mistakes (19,520 rows of 768 bytes) cost Redis 128.3 ms of scripts as 16
+        ``_WRITE_ROWS_LUA`` calls and the meta script, which copy every row into Lua and out again;
+        this way, by command, 10.7 ms the attempt markers' script, 16.8 ``MSET``, 9.0 ``SET`` (the
+        script's own among them) and 3.0 ``MGET`` (``python -m benchmarks.profile_worker learn
+        --labels mistaken --batch 4000 --batches 10``, its SLOWLOG line). A lost connection leaves unknown whether EXEC ran: its ``StoreError`` sends the batch
         round again, and its events, attempted now, are suspects, which ``_WRITE_ROWS_LUA`` looks up
         by their model-level markers on a single node.
         """
         ttl = b"%d" % self.event_ttl_s
         write_keys = [self._write_keys[p.shard] for p in parts]
         expected = [writes.get(p.shard, 0) for p in parts]
-        markers = [(self._meta_prefix + "ev:" + e.event_id).encode() for e in events]
+        markers = [self._event_marker(e.event_id) for e in events]
         fresh = [i for i, e in enumerate(events) if e.changed_rows]
         fresh_markers = [markers[i] for i in fresh]
         # After the rows: each event's marker (its reply is the event's), the counters, the version.
@@ -865,7 +867,7 @@ class RedisStore(WeightStore):
         (or an event id twice)."""
         fresh, suspected = msgpack.packb(list(event_ids)), msgpack.packb(list(suspects))
         # A Cluster keeps model-level keys in another slot than a shard's; it never writes a batch at once.
-        guards = [] if self.is_cluster else [(self._meta_prefix + "ev:" + e).encode() for e in suspects]
+        guards = [] if self.is_cluster else [self._event_marker(e) for e in suspects]
         calls = []
         for part in parts:
             expire_at, sets = self._marker_sets(part.shard)
@@ -904,6 +906,10 @@ class RedisStore(WeightStore):
                 entries_of[id(event.counters)] = entries
             plan.append([marker_at, ttl, "0" if event.changed_rows else "1", entries])
         return keys, [msgpack.packb(plan)]
+
+    def _event_marker(self, event_id: str) -> bytes:
+        """The key of an event's model-level marker: set once the event is applied, checked before applying it."""
+        return (self._meta_prefix + "ev:" + event_id).encode()
 
     def _attempted(self, event_ids: Sequence[str]) -> list[str]:
         """Mark ``event_ids`` as attempted (model-level keys, living a bucket longer than the marker sets);
@@ -946,7 +952,7 @@ class RedisStore(WeightStore):
         self, event: str, ttl: int, counters: Mapping[str, list[str]], mark_only: bool
     ) -> tuple[list[Any], list[Any]]:
         """One event's meta step (marker, counters, version) as ``_metas_call`` takes it."""
-        meta_keys: list[Any] = [(self._meta_prefix + "ev:" + event).encode(), self._version_key]
+        meta_keys: list[Any] = [self._event_marker(event), self._version_key]
         meta_keys += [self._meta_prefix + "counter:" + name for name in counters]
         return meta_keys, [ttl, list(counters.values()), "1" if mark_only else "0"]
 
@@ -966,7 +972,7 @@ class RedisStore(WeightStore):
         ttl = self.event_ttl_s if event_id is not None else _AUTO_EVENT_TTL_S
         event = event_id if event_id is not None else f"auto:{uuid.uuid4().hex}"
         marker = b"ev:" + event.encode()
-        meta_marker = (self._meta_prefix + "ev:" + event).encode()
+        meta_marker = self._event_marker(event)
         shard_ops: dict[int, list[list[Any]]] = {}
         counters: dict[str, list[str]] = {}
         row_key = self._row_key
@@ -1127,7 +1133,7 @@ class RedisStore(WeightStore):
     def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
         if not event_ids:
             return []
-        keys = [(self._meta_prefix + "ev:" + e).encode() for e in event_ids]
+        keys = [self._event_marker(e) for e in event_ids]
         with _store_errors("checking applied events"):
             # All markers share the model's hash tag: one MGET, on one node of a Cluster too.
             values = self.client.execute_command("MGET", *keys, **self._route(keys[0]))
