@@ -115,6 +115,10 @@ LATENCY_BROKERS = ("fresh", "shared")
 LOAD_LINGER_MS = 10
 # The load generator sends what is due every tick; 1 ms keeps bursts under ~1 % of a 20k/s rate.
 _PACE_TICK_S = 0.001
+# A latency run's machine counts as saturated in a window of SATURATION_WINDOW_S whose CPU ticks
+# (20 on 2 CPUs at 100 Hz) are at least SATURATED_PERCENT busy: 19 of 20.
+SATURATION_WINDOW_S = 0.1
+SATURATED_PERCENT = 95.0
 # How often the learning phase reads the worker's counters (the timing resolution of that phase).
 _METRICS_POLL_S = 0.02
 _COLLECT_POLL_S = 0.05
@@ -996,6 +1000,72 @@ class _Pauses:
             self.longest_s = max(self.longest_s, time.perf_counter() - self._started)
 
 
+def saturated(
+    samples: Sequence[tuple[float, tuple[int, int, int]]], threshold_percent: float = SATURATED_PERCENT,
+) -> tuple[float, float]:
+    """The longest stretch (ms) and the share (%) of time that the machine's CPUs were at least
+    ``threshold_percent`` busy, from ``(perf_counter s, broker_cost.machine_ticks())`` samples.
+
+    Each window between two samples counts whole or not at all; a stretch is consecutive such
+    windows. Three windows of 100 ms on 2 CPUs (20 ticks each), busy 20, 19 and 5 ticks:
+
+    >>> s = [(0.0, (0, 0, 0)), (0.1, (20, 20, 0)), (0.2, (40, 39, 0)), (0.3, (60, 44, 0))]
+    >>> saturated(s)
+    (200.0, 66.7)
+    """
+    longest = stretch = total = spanned = 0.0
+    for (t0, (all0, busy0, _)), (t1, (all1, busy1, _)) in itertools.pairwise(samples):
+        spanned += t1 - t0
+        if all1 > all0 and 100.0 * (busy1 - busy0) >= threshold_percent * (all1 - all0):
+            stretch += t1 - t0
+            total += t1 - t0
+            longest = max(longest, stretch)
+        else:
+            stretch = 0.0
+    return round(longest * 1000, 1), round(100.0 * total / spanned, 1) if spanned else 0.0
+
+
+class _MachineSampler:
+    """The machine's CPU ticks every ``window_s`` (``/proc/stat``) on a thread of its own, while a latency run lasts.
+
+    A p99 over 100 ms has come with the machine saturated: over 48 latency runs at 29,365 and
+    34,000 documents/s (``--phases latency --repeats 3 --no-peers``, five and three invocations, with
+    a throwaway sampler of ``/proc`` every 50 ms), the two runs over 100 ms (bare pipes: 161.2 and
+    117.4 ms) had the machine at least 95 % busy for 882 and 414 ms at a stretch, the longest of
+    all; runs with no such stretch had p99s of 32.3-57.5 ms. In such a stretch the broker, which
+    lists every stored batch of a partition on each fetch, got less CPU while the clients behind
+    it fetched more. :func:`saturated` reads what this keeps; nothing is kept where ``/proc``
+    cannot tell.
+    """
+
+    def __init__(self, window_s: float = SATURATION_WINDOW_S) -> None:
+        self.samples: list[tuple[float, tuple[int, int, int]]] = []
+        self._window_s = window_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-machine-sampler", daemon=True)
+
+    def _run(self) -> None:
+        from benchmarks.broker_cost import machine_ticks
+
+        while True:
+            try:
+                self.samples.append((time.perf_counter(), machine_ticks()))
+            except (OSError, ValueError):
+                return
+            if self._stop.wait(self._window_s):
+                return
+
+    def start(self) -> _MachineSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[tuple[float, tuple[int, int, int]]]:
+        """Stop sampling and return the samples."""
+        self._stop.set()
+        self._thread.join()
+        return self.samples
+
+
 def latency_documents(rate: float, seconds: float, warmup_s: float = LATENCY_WARMUP_S) -> int:
     """Documents a paced latency run sends: ``rate`` a second through its warm-up and ``seconds``.
 
@@ -1092,6 +1162,7 @@ def _paced(
         sent = 0
         counted_from_ms = None  # ts of the first counted document
         usage_from: _Usage | None = None  # CPU used so far when the first counted document is sent
+        sampler: _MachineSampler | None = None  # from the first counted document sent to the last decision here
         # The counted documents in thirds: when the first of each is sent, the clock (s), the broker's
         # CPU so far (s) and its ts, to show how a run changes as its topics fill.
         thirds = {warm + k * (n - warm) // 3 for k in range(3)}
@@ -1106,6 +1177,7 @@ def _paced(
                 if sent in thirds:  # the first of them is `warm`, the first counted document
                     if sent == warm:
                         counted_from_ms, usage_from = ts_ms, _usage(runner.pid, env.broker_pid, env.redis_pid)
+                        sampler = _MachineSampler().start()
                     marks.append((time.perf_counter(), _cpu_s(env.broker_pid), ts_ms))
                 send(heads[sent] + packed_ts, keys[sent])
                 sent += 1
@@ -1116,9 +1188,12 @@ def _paced(
         producer.flush()
         collector.wait_for(n, env.timeout_s, check)
         usage_to = _usage(runner.pid, env.broker_pid, env.redis_pid)
+        saturation = saturated(sampler.stop()) if sampler is not None else None
         # Whether the worker's own batches stalled, or it waited elsewhere (warm-up included).
         slow = runner.slow_batches() if isinstance(runner, WorkerProcess) else None
     finally:
+        if sampler is not None:
+            sampler.stop()
         producer.close()
         if isinstance(runner, WorkerProcess):
             runner.stop()
@@ -1174,6 +1249,11 @@ def _paced(
         "p99_ms_by_third": p99_by_third,
         "broker_cpu_percent_by_third": broker_by_third,
         "worker_batches_over_100ms": slow,
+        # From the first counted document sent to the last decision here, in windows of
+        # SATURATION_WINDOW_S: the longest stretch (ms) and the share (%) of the time that the
+        # machine's CPUs were at least SATURATED_PERCENT busy.
+        "saturated_longest_ms": None if saturation is None else saturation[0],
+        "saturated_percent": None if saturation is None else saturation[1],
     }
 
 
@@ -1531,6 +1611,18 @@ def _machine(runs: Sequence[dict[str, Any]]) -> str:
     )
 
 
+def _saturation(runs: Sequence[dict[str, Any]]) -> str:
+    """Each run's "longest stretch ms / share %" of saturated machine ("–" where /proc/stat could not tell).
+
+    >>> _saturation([{"saturated_longest_ms": 1600.0, "saturated_percent": 21.5}, {}])
+    '1,600 / 21.5, –'
+    """
+    return ", ".join(
+        "–" if r.get("saturated_longest_ms") is None else f"{r['saturated_longest_ms']:,.0f} / {r['saturated_percent']:.1f}"
+        for r in runs
+    )
+
+
 def _partitions(n: int) -> str:
     """How many partitions each topic has, in words.
 
@@ -1665,6 +1757,9 @@ def markdown(results: dict[str, Any]) -> str:
                    f"{_cpu(c['pipe_latency_runs'], 'harness_cpu_us_per_document')}"),
         ("latency: the machine's CPUs busy / stolen by the host, %, in the worker's runs; the bare pipe's",
          lambda c: f"{_machine(c['latency_runs'])}; {_machine(c['pipe_latency_runs'])}"),
+        ("latency: the machine's CPUs ≥ 95 % busy (100 ms windows): longest stretch ms / share of the run %, "
+         "the worker's runs; the bare pipe's",
+         lambda c: f"{_saturation(c['latency_runs'])}; {_saturation(c['pipe_latency_runs'])}"),
         ("latency runs: this process's longest gc pause, ms",
          lambda c: _f(max(r["harness_gc_max_ms"] for r in c["latency_runs"] + c["pipe_latency_runs"]), 1)),
     ]  # fmt: skip

@@ -98,6 +98,10 @@ def test_every_figure_is_reported() -> None:
     shares = [run[key] for run in runs for key in ("machine_busy_percent", "machine_steal_percent")]
     assert all(isinstance(x, float) and 0 <= x <= 100 for x in shares), shares
     assert all(run["machine_busy_percent"] > 0 for run in runs)
+    # How long the machine was saturated: a stretch no longer than the run, a share of it.
+    for run in runs:
+        assert 0 <= run["saturated_longest_ms"] <= 1000 * (run["counted_s"] + 60), run["saturated_longest_ms"]
+        assert 0 <= run["saturated_percent"] <= 100, run["saturated_percent"]
     assert figures["scoring"]["dead_letters"] == 0
     assert figures["learning"]["model_version_delta"] > 0
     assert figures["learning"]["batches"] > 0 and figures["learning"]["batch_ms"] > 0  # the worker's own metrics
@@ -108,7 +112,7 @@ def test_every_figure_is_reported() -> None:
     assert len(results["profile"]["top"]) == 5
     table = markdown(results)
     for row in ("bare pipe", "scoring docs/s", "learning events/s", "mixed docs/s", "p50 / p95 / p99", "bare pipe at the same load",
-                "longest gc pause", "Against Vowpal Wabbit in process", "the worker's batches / its mean ms", "the events' markers", "batches over 100 ms", "seconds counted", "1 partition a topic", "each latency run on a fresh embedded broker", "in each third", "CPU, µs a document", "ts → decided_ts", "the broker's CPU", "stolen by the host", "bytes per weight", "vowpalwabbit", "river"):  # fmt: skip
+                "longest gc pause", "Against Vowpal Wabbit in process", "the worker's batches / its mean ms", "the events' markers", "batches over 100 ms", "seconds counted", "1 partition a topic", "each latency run on a fresh embedded broker", "in each third", "CPU, µs a document", "ts → decided_ts", "the broker's CPU", "stolen by the host", "≥ 95 % busy", "bytes per weight", "vowpalwabbit", "river"):  # fmt: skip
         assert row in table
     json.dumps(results, default=str)
 
