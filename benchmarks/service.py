@@ -613,26 +613,16 @@ class WorkerProcess:
     def metric(self, name: str) -> float | None:
         """Sum over label values of a counter in /metrics (None when the endpoint does not answer)."""
         text = self._get("/metrics")
-        if text is None:
-            return None
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name) and line[len(name) : len(name) + 1] in (" ", "{"):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+        return None if text is None else sum(_samples(text, name))
 
     def slow_batches(self, over_s: float = 0.1) -> int | None:
         """Batches that took over ``over_s`` (a bucket bound of ``stream_winnow_batch_seconds``) so far, by /metrics."""
         text = self._get("/metrics")
         if text is None:
             return None
-        count = within = None
-        for line in text.splitlines():
-            if line.startswith("stream_winnow_batch_seconds_count "):
-                count = float(line.rsplit(" ", 1)[1])
-            elif line.startswith(f'stream_winnow_batch_seconds_bucket{{le="{over_s}"}} '):
-                within = float(line.rsplit(" ", 1)[1])
-        return None if count is None or within is None else int(count - within)
+        count = _samples(text, "stream_winnow_batch_seconds_count")
+        within = _samples(text, f'stream_winnow_batch_seconds_bucket{{le="{over_s}"}}')
+        return int(count[0] - within[0]) if count and within else None
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -646,6 +636,20 @@ class WorkerProcess:
 
 # ---------------------------------------------------------------------------------------------------
 # the bare pipe (runs as ``python -m benchmarks.service _pipe <json>``)
+
+
+def _samples(metrics_text: str, name: str) -> list[float]:
+    """The values of the samples of ``name`` in a Prometheus text page, any labels (``name{...}``) or none.
+
+    >>> page = "\\n".join(["b_count 7", 'b_bucket{le="0.1"} 5', 'b_bucket{le="1.0"} 7', "b_sum 0.4"])
+    >>> _samples(page, "b_bucket"), _samples(page, 'b_bucket{le="0.1"}'), _samples(page, "b")
+    ([5.0, 7.0], [5.0], [])
+    """
+    return [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics_text.splitlines()
+        if line.startswith(name) and line[len(name) : len(name) + 1] in (" ", "{")
+    ]
 
 
 def _pipe_main(spec: dict[str, Any]) -> None:
@@ -1016,7 +1020,8 @@ def saturated(
     longest = stretch = total = spanned = 0.0
     for (t0, (all0, busy0, _)), (t1, (all1, busy1, _)) in itertools.pairwise(samples):
         spanned += t1 - t0
-        if all1 > all0 and 100.0 * (busy1 - busy0) >= threshold_percent * (all1 - all0):
+        busy = _share((all0, busy0, 0), (all1, busy1, 0), 1)
+        if busy is not None and busy >= threshold_percent:
             stretch += t1 - t0
             total += t1 - t0
             longest = max(longest, stretch)
