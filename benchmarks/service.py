@@ -1033,14 +1033,14 @@ def saturated(
 class _MachineSampler:
     """The machine's CPU ticks every ``window_s`` (``/proc/stat``) on a thread of its own, while a latency run lasts.
 
-    A p99 over 100 ms has come with the machine saturated: over 48 latency runs at 29,365 and
-    34,000 documents/s (``--phases latency --repeats 3 --no-peers``, five and three invocations, with
-    a throwaway sampler of ``/proc`` every 50 ms), the two runs over 100 ms (bare pipes: 161.2 and
-    117.4 ms) had the machine at least 95 % busy for 882 and 414 ms at a stretch, the longest of
-    all; runs with no such stretch had p99s of 32.3-57.5 ms. In such a stretch the broker, which
-    lists every stored batch of a partition on each fetch, got less CPU while the clients behind
-    it fetched more. :func:`saturated` reads what this keeps; nothing is kept where ``/proc``
-    cannot tell.
+    The longest p99s have come with the machine saturated: in nine latency runs of the worker and
+    nine of its bare pipe at 34,000 documents/s (``--client confluent --phases latency
+    --latency-rate 34000 --repeats 3 --no-peers``, three invocations), the worker's 441.5 ms run had
+    the machine at least 95 % busy for 2,517 ms at a stretch and the bare pipe's 343.8 ms run for
+    707 ms, while the runs under 100 ms had at most 200 ms. Not every miss had one: the worker's
+    103.6 and 121.9 ms runs had 103 and 108 ms. In such a stretch the broker, which lists every
+    stored batch of a partition on each fetch, gets less CPU while the clients behind it fetch
+    more. :func:`saturated` reads what this keeps; nothing is kept where ``/proc`` cannot tell.
     """
 
     def __init__(self, window_s: float = SATURATION_WINDOW_S) -> None:
