@@ -1018,9 +1018,9 @@ def saturated(
     (200.0, 66.7)
     """
     longest = stretch = total = spanned = 0.0
-    for (t0, (all0, busy0, _)), (t1, (all1, busy1, _)) in itertools.pairwise(samples):
+    for (t0, ticks0), (t1, ticks1) in itertools.pairwise(samples):
         spanned += t1 - t0
-        busy = _share((all0, busy0, 0), (all1, busy1, 0), 1)
+        busy = _share(ticks0, ticks1, 1)
         if busy is not None and busy >= threshold_percent:
             stretch += t1 - t0
             total += t1 - t0
