@@ -669,7 +669,8 @@ def _pipe_main(spec: dict[str, Any]) -> None:
             producer.send(spec["out_topic"], msgpack.packb(msgpack.unpackb(record.value)), key=record.key)
         return producer.checkpoint()
 
-    in_flight = InFlight(consumer, spec.get("max_batches_in_flight", 0), redo=pipe)
+    in_flight = InFlight(consumer, spec.get("max_batches_in_flight", 0), redo=pipe,
+                         commit_interval_ms=spec.get("commit_interval_ms", 0))
     consumer.subscribe([spec["in_topic"]], spec["group"])
     done = 0
     first = last = None
@@ -750,6 +751,7 @@ class Environment:
     fetch_max_wait_ms: int = 10
     linger_ms: int = 5
     max_batches_in_flight: int = 4
+    commit_interval_ms: int = 0
     load_linger_ms: int = LOAD_LINGER_MS
     partitions: int = PARTITIONS
     # Codecs of the worker's decision batches (the bare pipe's too), and of the documents' and labels' producers.
@@ -827,7 +829,8 @@ def _pipe_command(
         "bootstrap": env.bootstrap, "client": client, "in_topic": topics.documents, "out_topic": topics.decisions,
         "group": group, "batch": env.batch, "expected": expected, "session_timeout_ms": SESSION_TIMEOUT_MS,
         "fetch_max_wait_ms": env.fetch_max_wait_ms, "linger_ms": env.linger_ms, "announce": announce,
-        "max_batches_in_flight": env.max_batches_in_flight, "compression": env.compression,
+        "max_batches_in_flight": env.max_batches_in_flight, "commit_interval_ms": env.commit_interval_ms,
+        "compression": env.compression,
     }  # fmt: skip
     return [sys.executable, "-m", "benchmarks.service", "_pipe", json.dumps(spec)]
 
@@ -1196,6 +1199,7 @@ def _paced(
         saturation = saturated(sampler.stop()) if sampler is not None else None
         # Whether the worker's own batches stalled, or it waited elsewhere (warm-up included).
         slow = runner.slow_batches() if isinstance(runner, WorkerProcess) else None
+        commits = runner.metric("stream_winnow_offset_commits_total") if isinstance(runner, WorkerProcess) else None
     finally:
         if sampler is not None:
             sampler.stop()
@@ -1254,6 +1258,8 @@ def _paced(
         "p99_ms_by_third": p99_by_third,
         "broker_cpu_percent_by_third": broker_by_third,
         "worker_batches_over_100ms": slow,
+        # The worker's offset commit requests a second of load, warm-up included (--commit-interval-ms).
+        "worker_commits_per_s": None if commits is None else commits / (marks[-1][0] - started),
         # From the first counted document sent to the last decision here, in windows of
         # SATURATION_WINDOW_S: the longest stretch (ms) and the share (%) of the time that the
         # machine's CPUs were at least SATURATED_PERCENT busy.
@@ -1497,6 +1503,7 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                           fetch_max_wait_ms=settings.kafka.fetch_max_wait_ms,
                           linger_ms=settings.kafka.linger_ms,
                           max_batches_in_flight=settings.max_batches_in_flight,
+                          commit_interval_ms=settings.commit_interval_ms,
                           load_linger_ms=config.load_linger_ms, partitions=config.partitions,
                           compression=settings.kafka.compression, load_compression=config.load_compression,
                           broker_pid=broker.pid, redis_pid=redis_server.pid)  # fmt: skip
@@ -1745,6 +1752,9 @@ def markdown(results: dict[str, Any]) -> str:
          lambda c: f"{_thirds(c['latency_runs'], 'p99_ms_by_third')}; {_thirds(c['pipe_latency_runs'], 'p99_ms_by_third')}"),
         ("latency: the worker's batches over 100 ms, each run (its metrics, warm-up included)",
          lambda c: ", ".join("–" if r.get("worker_batches_over_100ms") is None else f"{r['worker_batches_over_100ms']:,}"
+                             for r in c["latency_runs"])),
+        ("latency: the worker's offset commits a second of load, each run (its metrics)",
+         lambda c: ", ".join("–" if r.get("worker_commits_per_s") is None else _f(r["worker_commits_per_s"], 1)
                              for r in c["latency_runs"])),
         ("latency: the broker's CPU, % of a core, in each third, the worker's runs; the bare pipe's",
          lambda c: f"{_thirds(c['latency_runs'], 'broker_cpu_percent_by_third', 0)}; "

@@ -139,3 +139,50 @@ def test_forgotten_partitions_are_not_committed() -> None:
 def test_a_negative_number_of_batches_is_refused() -> None:
     with pytest.raises(ConfigError, match="max_batches"):
         InFlight(Commits(), -1, lambda batch: Sends())  # type: ignore[arg-type]
+
+
+class Clock:
+    """Monotonic seconds the test sets."""
+
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_asynchronous_commits_are_at_least_the_commit_interval_apart() -> None:
+    commits, clock = Commits(), Clock()
+    queue = InFlight(commits, 2, lambda batch: Sends(), commit_interval_ms=1000, clock=clock)  # type: ignore[arg-type]
+    queue.add(records(0, 0, 5), Sends(acknowledged=True))
+    assert queue.settle() == 1
+    assert commits.calls == [({("documents", 0): 5}, True)]  # the first acknowledgement commits at once
+    clock.now_s += 0.4
+    queue.add(records(0, 5, 5), Sends(acknowledged=True))
+    clock.now_s += 0.5
+    queue.add(records(0, 10, 5), Sends(acknowledged=True))
+    assert queue.settle() == 2  # acknowledged, but 0.9 s after the last commit: held
+    assert len(commits.calls) == 1
+    assert not queue.settled
+    clock.now_s += 0.1
+    assert queue.settle() == 0
+    assert commits.calls[1:] == [({("documents", 0): 15}, True)]  # 1.0 s on: both batches at once
+
+
+def test_a_waiting_settle_commits_at_once_whatever_the_interval() -> None:
+    commits, clock, heard = Commits(), Clock(), []
+    queue = InFlight(commits, 2, lambda batch: Sends(), commit_interval_ms=60_000, clock=clock,  # type: ignore[arg-type]
+                     on_commit=heard.append)  # fmt: skip
+    queue.add(records(0, 0, 5), Sends(acknowledged=True))
+    queue.settle()
+    queue.add(records(0, 5, 3), Sends())
+    clock.now_s += 0.01
+    queue.settle(wait=True)  # the topics went quiet, a rebalance or a stop
+    assert commits.calls == [({("documents", 0): 5}, True), ({("documents", 0): 8}, False)]
+    assert heard == [True, False]  # each request, asynchronous or not (the worker's metrics count them)
+    assert queue.settled
+
+
+def test_a_negative_commit_interval_is_refused() -> None:
+    with pytest.raises(ConfigError, match="commit_interval_ms"):
+        InFlight(Commits(), 2, lambda batch: Sends(), commit_interval_ms=-1)  # type: ignore[arg-type]

@@ -89,6 +89,9 @@ def test_every_figure_is_reported() -> None:
     # The worker's own slow batches, from its histogram; the bare pipe has none to tell.
     assert all(run["worker_batches_over_100ms"] >= 0 for run in figures["latency_runs"])
     assert all(run["worker_batches_over_100ms"] is None for run in figures["pipe_latency_runs"])
+    # The worker commits its offsets while the load flows (its metrics); the bare pipe has no metrics.
+    assert all(run["worker_commits_per_s"] > 0 for run in figures["latency_runs"])
+    assert all(run["worker_commits_per_s"] is None for run in figures["pipe_latency_runs"])
     # Each run in thirds of its counted documents: a p99 for each, and the broker's share of a core.
     for run in runs:
         assert len(run["p99_ms_by_third"]) == len(run["broker_cpu_percent_by_third"]) == 3, run

@@ -148,6 +148,9 @@ def setup_logging(fmt: str, level: str) -> None:
 @option("--max-batches-in-flight", type=click.IntRange(min=0), default=4, show_default=True,
         help="Batches whose decisions may await the broker's acknowledgement while the next is processed "
              "(0: wait for each); a crash repeats at most this many + 1.")
+@option("--commit-interval-ms", type=click.IntRange(min=0), default=0, show_default=True,
+        help="Commit acknowledged offsets at most this often while the stream flows (0: after every batch); "
+             "a crash repeats up to this much input more, labels still apply once.")
 @option("--decision-scores", type=DecisionScores(), default=str(DEFAULT_DECISION_SCORES), show_default=True,
         help="Scores per decision: the N highest and every assigned category's, or 'all' categories'.")
 @option("--poll-timeout-ms", type=click.IntRange(min=1), default=500, show_default=True)
@@ -202,6 +205,7 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
         batch_linger_ms=flags["batch_linger_ms"],
         poll_timeout_ms=flags["poll_timeout_ms"],
         max_batches_in_flight=flags["max_batches_in_flight"],
+        commit_interval_ms=flags["commit_interval_ms"],
         decision_scores=flags["decision_scores"],
         limits=CodecLimits(max_tokens_per_document=flags["max_tokens_per_document"],
                            max_message_bytes=flags["max_message_bytes"]),  # fmt: skip

@@ -101,6 +101,11 @@ class WorkerConfig:
     # was 55.7 / 70.9 / 68.2 ms against 73.0 / 82.4 / 82.0 (benchmarks/service.py --phases latency,
     # pairs alternating). A crash repeats at most this many + 1 batches (updates still apply once).
     max_batches_in_flight: int = 4
+    # Acknowledged offsets are committed at most this often while the stream flows (0: after every
+    # batch, one commit request for about every fetch); everything is committed at once when the
+    # topics go quiet, on a rebalance and at stop. A crash repeats up to this much input more
+    # (labels still apply once), as with Kafka's auto.commit.interval.ms (5 s by default).
+    commit_interval_ms: int = 0
     limits: CodecLimits = field(default_factory=CodecLimits)
     # Scores a decision carries: the N highest plus any assigned category below them (None: every
     # category's). All 90 of the Reuters model make a decision ~1,500 bytes, 10 make it ~300; at
@@ -133,6 +138,8 @@ class WorkerConfig:
                 raise ConfigError(f"{name} must be positive; got {getattr(self, name)}")
         if self.max_batches_in_flight < 0:
             raise ConfigError(f"max_batches_in_flight must be >= 0; got {self.max_batches_in_flight}")
+        if self.commit_interval_ms < 0:
+            raise ConfigError(f"commit_interval_ms must be >= 0; got {self.commit_interval_ms}")
         if not 0 <= self.batch_linger_ms <= MAX_BATCH_LINGER_MS:
             raise ConfigError(f"batch_linger_ms must be 0 to {MAX_BATCH_LINGER_MS}; got {self.batch_linger_ms}")
         if self.max_staleness_ms < 0:

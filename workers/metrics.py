@@ -37,6 +37,10 @@ class WorkerMetrics:
         self.dead_letters = Counter(
             "stream_winnow_dead_letters", "Messages sent to the dead-letter topic.", ["reason"], registry=r
         )
+        self.commits = Counter(
+            "stream_winnow_offset_commits", "Offset commit requests sent to the broker (async while the stream flows, "
+            "sync when it goes quiet, on a rebalance and at stop).", ["mode"], registry=r,
+        )
         self.retries = Counter("stream_winnow_retries", "Batches retried after a service error.", ["service"], registry=r)
         self.batch_size = Histogram(
             "stream_winnow_batch_size", "Records per batch.", buckets=_BATCH_BUCKETS, registry=r

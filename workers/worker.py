@@ -201,7 +201,10 @@ class Worker:
         # The model's settings, to build the batch-local learner like the shared one.
         self._learner_spec = describe(learner)
         # A failed batch is processed again as it was: its learning is skipped by event id.
-        self.in_flight = InFlight(consumer, config.max_batches_in_flight, redo=self.process)
+        self.in_flight = InFlight(
+            consumer, config.max_batches_in_flight, redo=self.process, commit_interval_ms=config.commit_interval_ms,
+            on_commit=lambda asynchronous: self.metrics.commits.labels("async" if asynchronous else "sync").inc(),
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def stop(self) -> None:

@@ -17,11 +17,19 @@ Offsets are never committed ahead of their outputs, so at-least-once holds as be
 crash now repeats the last ``max_batches + 1`` batches instead of one, and any whose
 asynchronous commit had not reached the broker yet. A batch whose outputs
 failed is handed to ``redo`` (processed and sent again) before anything after it commits.
+
+While the stream flows, acknowledged offsets are committed at most once every
+``commit_interval_ms`` (0: after every batch), as Kafka's own consumers do with
+``auto.commit.interval.ms``: committing after every batch sends a commit request for about
+every fetch, each a write the group coordinator keeps.
+A crash then also repeats up to that interval of input. When the topics go quiet, on a
+rebalance and at stop, ``settle(wait=True)`` commits everything at once, whatever the interval.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -47,14 +55,26 @@ class InFlight:
     ``max_batches`` is how many may wait while the next batch is taken: 0 waits for every
     batch before the next (the loop of old), 2 lets acknowledgements (about 8 ms a batch on
     Tansu) overlap the next batches' work. ``redo(records)`` processes a batch again after
-    its outputs failed and returns the new sends' ``Delivery``.
+    its outputs failed and returns the new sends' ``Delivery``. Asynchronous commits are at
+    least ``commit_interval_ms`` apart on ``clock`` (seconds, monotonic); ``on_commit(asynchronous)``
+    hears of each commit request (the worker counts them in its metrics).
     """
 
-    def __init__(self, consumer: Consumer, max_batches: int, redo: Callable[[Sequence[Record]], Delivery]) -> None:
+    def __init__(
+        self, consumer: Consumer, max_batches: int, redo: Callable[[Sequence[Record]], Delivery],
+        *, commit_interval_ms: int = 0, clock: Callable[[], float] = time.monotonic,
+        on_commit: Callable[[bool], None] | None = None,
+    ) -> None:  # fmt: skip
         if max_batches < 0:
             raise ConfigError(f"max_batches must be >= 0; got {max_batches}")
+        if commit_interval_ms < 0:
+            raise ConfigError(f"commit_interval_ms must be >= 0; got {commit_interval_ms}")
         self.consumer = consumer
         self.max_batches = max_batches
+        self.commit_interval_s = commit_interval_ms / 1000
+        self._clock = clock
+        self._last_commit_s = -float("inf")
+        self._on_commit = on_commit
         self._redo = redo
         self._batches: deque[_Batch] = deque()
         # Acknowledged offsets not yet committed (a commit failed): committed with the next ones.
@@ -78,9 +98,10 @@ class InFlight:
         """Commit the input offsets of the oldest batches whose outputs are all acknowledged.
 
         Waits for the oldest while more than ``max_batches`` are in flight, and for all with
-        ``wait``. Returns how many batches were committed. The commit is asynchronous (a failed
-        one is covered by the next), except with ``wait``, which the worker uses when the topics
-        are quiet, on a rebalance and at stop. Raises ``TransportError`` when a synchronous
+        ``wait``. Returns how many batches were acknowledged. The commit is asynchronous (a failed
+        one is covered by the next) and waits for ``commit_interval_ms`` since the last, except
+        with ``wait``, which commits at once and which the worker uses when the topics are
+        quiet, on a rebalance and at stop. Raises ``TransportError`` when a synchronous
         commit fails (the offsets stay, for the next call) or an acknowledgement takes longer
         than ``timeout_ms`` (the batch stays; the client fails its messages after its own
         delivery timeout, and then the batch is processed again).
@@ -116,15 +137,23 @@ class InFlight:
     def _commit(self, *, asynchronous: bool) -> None:
         """Commit the acknowledged offsets; asynchronously in the loop, whose next commits cover a failed one."""
         if asynchronous:
-            if self._acknowledged:
+            if self._acknowledged and self._clock() - self._last_commit_s >= self.commit_interval_s:
+                self._last_commit_s = self._clock()
                 self.consumer.commit(self._acknowledged, asynchronous=True)
+                self._committed(asynchronous=True)
                 self._unconfirmed.update(self._acknowledged)
                 self._acknowledged = {}
             return
         offsets = {**self._unconfirmed, **self._acknowledged}
         if offsets:
             self.consumer.commit(offsets)
+            self._last_commit_s = self._clock()
+            self._committed(asynchronous=False)
         self._acknowledged, self._unconfirmed = {}, {}
+
+    def _committed(self, *, asynchronous: bool) -> None:
+        if self._on_commit is not None:
+            self._on_commit(asynchronous)
 
     def forget(self, partitions: Collection[TopicPartition]) -> None:
         """Commit nothing more for ``partitions`` (a rebalance took them): their new owner reads them again."""
