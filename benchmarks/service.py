@@ -757,7 +757,7 @@ class Environment:
     fetch_max_wait_ms: int = 10
     linger_ms: int = 5
     max_batches_in_flight: int = 4
-    commit_interval_ms: int = 0
+    commit_interval_ms: int = 100
     load_linger_ms: int = LOAD_LINGER_MS
     partitions: int = PARTITIONS
     # Codecs of the worker's decision batches (the bare pipe's too), and of the documents' and labels' producers.

@@ -148,7 +148,7 @@ def setup_logging(fmt: str, level: str) -> None:
 @option("--max-batches-in-flight", type=click.IntRange(min=0), default=4, show_default=True,
         help="Batches whose decisions may await the broker's acknowledgement while the next is processed "
              "(0: wait for each); a crash repeats at most this many + 1.")
-@option("--commit-interval-ms", type=click.IntRange(min=0), default=0, show_default=True,
+@option("--commit-interval-ms", type=click.IntRange(min=0), default=100, show_default=True,
         help="Commit acknowledged offsets at most this often while the stream flows (0: after every batch); "
              "a crash repeats up to this much input more, labels still apply once.")
 @option("--decision-scores", type=DecisionScores(), default=str(DEFAULT_DECISION_SCORES), show_default=True,
