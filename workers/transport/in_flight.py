@@ -64,7 +64,7 @@ class InFlight:
     def __init__(
         self, consumer: Consumer, max_batches: int, redo: Callable[[Sequence[Record]], Delivery],
         *, commit_interval_ms: int = 0, clock: Callable[[], float] = time.monotonic,
-        on_commit: Callable[[bool], None] | None = None,
+        on_commit: Callable[[bool], None] = lambda asynchronous: None,
     ) -> None:  # fmt: skip
         if max_batches < 0:
             raise ConfigError(f"max_batches must be >= 0; got {max_batches}")
@@ -138,10 +138,11 @@ class InFlight:
     def _commit(self, *, asynchronous: bool) -> None:
         """Commit the acknowledged offsets; asynchronously in the loop, whose next commits cover a failed one."""
         if asynchronous:
-            if self._acknowledged and self._clock() - self._last_commit_s >= self.commit_interval_s:
-                self._last_commit_s = self._clock()
+            now_s = self._clock()
+            if self._acknowledged and now_s - self._last_commit_s >= self.commit_interval_s:
+                self._last_commit_s = now_s
                 self.consumer.commit(self._acknowledged, asynchronous=True)
-                self._committed(asynchronous=True)
+                self._on_commit(True)
                 self._unconfirmed.update(self._acknowledged)
                 self._acknowledged = {}
             return
@@ -149,12 +150,8 @@ class InFlight:
         if offsets:
             self.consumer.commit(offsets)
             self._last_commit_s = self._clock()
-            self._committed(asynchronous=False)
+            self._on_commit(False)
         self._acknowledged, self._unconfirmed = {}, {}
-
-    def _committed(self, *, asynchronous: bool) -> None:
-        if self._on_commit is not None:
-            self._on_commit(asynchronous)
 
     def forget(self, partitions: Collection[TopicPartition]) -> None:
         """Commit nothing more for ``partitions`` (a rebalance took them): their new owner reads them again."""
