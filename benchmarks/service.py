@@ -123,6 +123,7 @@ SATURATED_PERCENT = 95.0
 _METRICS_POLL_S = 0.02
 _COLLECT_POLL_S = 0.05
 _WORKER_STOP_GRACE_S = 15.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # the unit of /proc/stat's counts
 _LOG_TAIL_CHARS = 3_000
 
 
@@ -1014,9 +1015,19 @@ class _Pauses:
             self.longest_s = max(self.longest_s, time.perf_counter() - self._started)
 
 
+class Saturation(NamedTuple):
+    """How long a run's machine was saturated, and where its longest stretch lies among the samples."""
+
+    longest_ms: float
+    percent: float
+    # Indices of the samples that open and close the longest stretch (equal where there was none).
+    first: int
+    last: int
+
+
 def saturated(
-    samples: Sequence[tuple[float, tuple[int, int, int]]], threshold_percent: float = SATURATED_PERCENT,
-) -> tuple[float, float]:
+    samples: Sequence[tuple[float, tuple[int, int, int] | None]], threshold_percent: float = SATURATED_PERCENT,
+) -> Saturation:
     """The longest stretch (ms) and the share (%) of time that the machine's CPUs were at least
     ``threshold_percent`` busy, from ``(perf_counter s, broker_cost.machine_ticks())`` samples.
 
@@ -1025,23 +1036,53 @@ def saturated(
 
     >>> s = [(0.0, (0, 0, 0)), (0.1, (20, 20, 0)), (0.2, (40, 39, 0)), (0.3, (60, 44, 0))]
     >>> saturated(s)
-    (200.0, 66.7)
+    Saturation(longest_ms=200.0, percent=66.7, first=0, last=2)
     """
     longest = stretch = total = spanned = 0.0
-    for (t0, ticks0), (t1, ticks1) in itertools.pairwise(samples):
+    first = last = opened = 0
+    for i, ((t0, ticks0), (t1, ticks1)) in enumerate(itertools.pairwise(samples)):
         spanned += t1 - t0
         busy = _share(ticks0, ticks1, 1)
         if busy is not None and busy >= threshold_percent:
+            if stretch == 0.0:
+                opened = i
             stretch += t1 - t0
             total += t1 - t0
-            longest = max(longest, stretch)
+            if stretch > longest:
+                longest, first, last = stretch, opened, i + 1
         else:
             stretch = 0.0
-    return round(longest * 1000, 1), round(100.0 * total / spanned, 1) if spanned else 0.0
+    return Saturation(round(longest * 1000, 1), round(100.0 * total / spanned, 1) if spanned else 0.0, first, last)
+
+
+def stretch_cpu(start: tuple[float, _Usage], end: tuple[float, _Usage]) -> dict[str, float] | None:
+    """Who used the CPUs between two samples: % of one core for the runner, the broker, Redis, this
+    process (the load generator and the collector) and the rest of the machine (what is busy beyond
+    those four: the kernel's own threads, other services). None where ``/proc`` could not tell.
+
+    Over 300 ms on 2 CPUs at 100 ticks a second (60 ticks, 57 busy), the runner 0.24 s, the broker 0.15:
+
+    >>> a = _Usage(1.0, 2.0, (0, 0, 0), 0.5, 3.0)
+    >>> b = _Usage(1.24, 2.15, (60, 57, 0), 0.51, 3.06)
+    >>> {k: round(v) for k, v in stretch_cpu((0.0, a), (0.3, b)).items()}
+    {'runner': 80, 'broker': 50, 'redis': 3, 'harness': 20, 'rest': 37}
+    """
+    (t0, a), (t1, b) = start, end
+    if t1 <= t0 or a.machine is None or b.machine is None:
+        return None
+    shares: dict[str, float] = {}
+    for name, before, after in (("runner", a.runner_s, b.runner_s), ("broker", a.broker_s, b.broker_s),
+                                ("redis", a.redis_s, b.redis_s), ("harness", a.harness_s, b.harness_s)):  # fmt: skip
+        if before is None or after is None:
+            return None
+        shares[name] = 100.0 * (after - before) / (t1 - t0)
+    busy_s = (b.machine[1] - a.machine[1]) / _CLOCK_TICKS
+    shares["rest"] = max(0.0, 100.0 * busy_s / (t1 - t0) - sum(shares.values()))
+    return shares
 
 
 class _MachineSampler:
-    """The machine's CPU ticks every ``window_s`` (``/proc/stat``) on a thread of its own, while a latency run lasts.
+    """The machine's CPU ticks and each process's CPU every ``window_s`` (``/proc``) on a thread of its own, while a latency run lasts.
 
     The longest p99s have come with the machine saturated: in nine latency runs of the worker and
     nine of its bare pipe at 34,000 documents/s (``--client confluent --phases latency
@@ -1050,23 +1091,23 @@ class _MachineSampler:
     707 ms, while the runs under 100 ms had at most 200 ms. Not every miss had one: the worker's
     103.6 and 121.9 ms runs had 103 and 108 ms. In such a stretch the broker, which lists every
     stored batch of a partition on each fetch, gets less CPU while the clients behind it fetch
-    more. :func:`saturated` reads what this keeps; nothing is kept where ``/proc`` cannot tell.
+    more. :func:`saturated` reads the ticks this keeps, and :func:`stretch_cpu` who used them in the
+    longest stretch; nothing is kept where ``/proc`` cannot tell.
     """
 
-    def __init__(self, window_s: float = SATURATION_WINDOW_S) -> None:
-        self.samples: list[tuple[float, tuple[int, int, int]]] = []
+    def __init__(self, pids: tuple[int, int | None, int | None], window_s: float = SATURATION_WINDOW_S) -> None:
+        self.samples: list[tuple[float, _Usage]] = []
+        self._pids = pids
         self._window_s = window_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-machine-sampler", daemon=True)
 
     def _run(self) -> None:
-        from benchmarks.broker_cost import machine_ticks
-
         while True:
-            try:
-                self.samples.append((time.perf_counter(), machine_ticks()))
-            except (OSError, ValueError):
+            usage = _usage(*self._pids)
+            if usage.machine is None:
                 return
+            self.samples.append((time.perf_counter(), usage))
             if self._stop.wait(self._window_s):
                 return
 
@@ -1074,7 +1115,7 @@ class _MachineSampler:
         self._thread.start()
         return self
 
-    def stop(self) -> list[tuple[float, tuple[int, int, int]]]:
+    def stop(self) -> list[tuple[float, _Usage]]:
         """Stop sampling and return the samples."""
         self._stop.set()
         self._thread.join()
@@ -1192,7 +1233,7 @@ def _paced(
                 if sent in thirds:  # the first of them is `warm`, the first counted document
                     if sent == warm:
                         counted_from_ms, usage_from = ts_ms, _usage(runner.pid, env.broker_pid, env.redis_pid)
-                        sampler = _MachineSampler().start()
+                        sampler = _MachineSampler((runner.pid, env.broker_pid, env.redis_pid)).start()
                     marks.append((time.perf_counter(), _cpu_s(env.broker_pid), ts_ms))
                 send(heads[sent] + packed_ts, keys[sent])
                 sent += 1
@@ -1203,7 +1244,13 @@ def _paced(
         producer.flush()
         collector.wait_for(n, env.timeout_s, check)
         usage_to = _usage(runner.pid, env.broker_pid, env.redis_pid)
-        saturation = saturated(sampler.stop()) if sampler is not None else None
+        samples = sampler.stop() if sampler is not None else []
+        saturation = saturated([(t, u.machine) for t, u in samples]) if samples else None
+        # Who used the CPUs in the longest saturated stretch (None where there was none).
+        in_stretch = (
+            stretch_cpu(samples[saturation.first], samples[saturation.last])
+            if saturation is not None and saturation.last > saturation.first else None
+        )
         # Whether the worker's own batches stalled, or it waited elsewhere (warm-up included).
         slow = runner.slow_batches() if isinstance(runner, WorkerProcess) else None
         commits = runner.metric("stream_winnow_offset_commits_total") if isinstance(runner, WorkerProcess) else None
@@ -1270,8 +1317,10 @@ def _paced(
         # From the first counted document sent to the last decision here, in windows of
         # SATURATION_WINDOW_S: the longest stretch (ms) and the share (%) of the time that the
         # machine's CPUs were at least SATURATED_PERCENT busy.
-        "saturated_longest_ms": None if saturation is None else saturation[0],
-        "saturated_percent": None if saturation is None else saturation[1],
+        "saturated_longest_ms": None if saturation is None else saturation.longest_ms,
+        "saturated_percent": None if saturation is None else saturation.percent,
+        # In that longest stretch, % of one core: the runner, the broker, Redis, this process, the rest.
+        "saturated_cpu_percent": in_stretch,
     }
 
 
@@ -1642,6 +1691,20 @@ def _saturation(runs: Sequence[dict[str, Any]]) -> str:
     )
 
 
+def _stretch_cpu(runs: Sequence[dict[str, Any]]) -> str:
+    """Each run's CPU in its longest saturated stretch, % of a core: "runner / broker / Redis / harness / rest"
+    ("–" where the run had no such stretch or ``/proc`` could not tell).
+
+    >>> _stretch_cpu([{"saturated_cpu_percent": {"runner": 96.2, "broker": 61.0, "redis": 3.1, "harness": 24.4,
+    ...                                          "rest": 12.0}}, {"saturated_cpu_percent": None}])
+    '96 / 61 / 3 / 24 / 12, –'
+    """
+    return ", ".join(
+        "–" if not r.get("saturated_cpu_percent") else " / ".join(f"{v:.0f}" for v in r["saturated_cpu_percent"].values())
+        for r in runs
+    )
+
+
 def _partitions(n: int) -> str:
     """How many partitions each topic has, in words.
 
@@ -1782,6 +1845,9 @@ def markdown(results: dict[str, Any]) -> str:
         ("latency: the machine's CPUs ≥ 95 % busy (100 ms windows): longest stretch ms / share of the run %, "
          "the worker's runs; the bare pipe's",
          lambda c: f"{_saturation(c['latency_runs'])}; {_saturation(c['pipe_latency_runs'])}"),
+        ("latency: in that longest stretch, % of a core: the worker or pipe / the broker / Redis / the load generator "
+         "and collector / the rest of the machine, the worker's runs; the bare pipe's",
+         lambda c: f"{_stretch_cpu(c['latency_runs'])}; {_stretch_cpu(c['pipe_latency_runs'])}"),
         ("latency runs: this process's longest gc pause, ms",
          lambda c: _f(max(r["harness_gc_max_ms"] for r in c["latency_runs"] + c["pipe_latency_runs"]), 1)),
     ]  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any
 
 import pytest
@@ -105,6 +106,14 @@ def test_every_figure_is_reported() -> None:
     for run in runs:
         assert 0 <= run["saturated_longest_ms"] <= 1000 * (run["counted_s"] + 60), run["saturated_longest_ms"]
         assert 0 <= run["saturated_percent"] <= 100, run["saturated_percent"]
+        # Who used the CPUs in that stretch, % of a core each (a tick of /proc's 100 a second is 10 % of a
+        # 100 ms window, so a share may read a little over what the cores allow); none without a stretch.
+        shares_in_stretch = run["saturated_cpu_percent"]
+        if run["saturated_longest_ms"] == 0:
+            assert shares_in_stretch is None
+        else:
+            assert list(shares_in_stretch) == ["runner", "broker", "redis", "harness", "rest"], shares_in_stretch
+            assert all(0 <= v <= 100 * (os.cpu_count() or 1) + 50 for v in shares_in_stretch.values()), shares_in_stretch
     assert figures["scoring"]["dead_letters"] == 0
     assert figures["learning"]["model_version_delta"] > 0
     assert figures["learning"]["batches"] > 0 and figures["learning"]["batch_ms"] > 0  # the worker's own metrics
