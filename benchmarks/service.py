@@ -1321,6 +1321,13 @@ def _paced(
         "saturated_percent": None if saturation is None else saturation.percent,
         # In that longest stretch, % of one core: the runner, the broker, Redis, this process, the rest.
         "saturated_cpu_percent": in_stretch,
+        # Processes and threads the machine started over the counted run, and in that stretch: a burst
+        # of them with CPU that no long-lived process shows is a short-lived process of the machine's.
+        "tasks_started": _tasks_between(samples[0][1], samples[-1][1]) if samples else None,
+        "saturated_tasks_started": (
+            _tasks_between(samples[saturation.first][1], samples[saturation.last][1])
+            if saturation is not None and saturation.last > saturation.first else None
+        ),
     }
 
 
@@ -1407,16 +1414,25 @@ class _Usage(NamedTuple):
     machine: tuple[int, int, int] | None
     redis_s: float | None
     harness_s: float | None
+    tasks: int | None = None  # processes and threads the machine has started (broker_cost.tasks_started)
 
 
 def _usage(runner_pid: int, broker_pid: int | None, redis_pid: int | None) -> _Usage:
-    from benchmarks.broker_cost import machine_ticks
+    from benchmarks.broker_cost import machine_ticks, tasks_started
 
     try:
         machine: tuple[int, int, int] | None = machine_ticks()
+        tasks: int | None = tasks_started()
     except (OSError, ValueError):
-        machine = None
-    return _Usage(cpu_seconds(runner_pid), _cpu_s(broker_pid), machine, _cpu_s(redis_pid), cpu_seconds(os.getpid()))
+        machine = tasks = None
+    return _Usage(
+        cpu_seconds(runner_pid), _cpu_s(broker_pid), machine, _cpu_s(redis_pid), cpu_seconds(os.getpid()), tasks,
+    )  # fmt: skip
+
+
+def _tasks_between(start: _Usage, end: _Usage) -> int | None:
+    """Tasks the machine started between two readings (None where ``/proc`` could not tell)."""
+    return None if start.tasks is None or end.tasks is None else end.tasks - start.tasks
 
 
 def _per_document_us(start_s: float | None, end_s: float | None, documents: int) -> float | None:
@@ -1691,6 +1707,22 @@ def _saturation(runs: Sequence[dict[str, Any]]) -> str:
     )
 
 
+def _tasks(runs: Sequence[dict[str, Any]]) -> str:
+    """Each run's tasks started on the machine, "over the run / in its longest saturated stretch".
+
+    >>> _tasks([{"tasks_started": 38, "saturated_tasks_started": 31}, {"tasks_started": 3,
+    ...          "saturated_tasks_started": None}, {}])
+    '38 / 31, 3 / –, –'
+    """
+    def cell(n: int | None) -> str:
+        return "–" if n is None else f"{n:,}"
+
+    return ", ".join(
+        "–" if r.get("tasks_started") is None else f"{cell(r['tasks_started'])} / {cell(r.get('saturated_tasks_started'))}"
+        for r in runs
+    )
+
+
 def _stretch_cpu(runs: Sequence[dict[str, Any]]) -> str:
     """Each run's CPU in its longest saturated stretch, % of a core: "runner / broker / Redis / harness / rest"
     ("–" where the run had no such stretch or ``/proc`` could not tell).
@@ -1848,6 +1880,9 @@ def markdown(results: dict[str, Any]) -> str:
         ("latency: in that longest stretch, % of a core: the worker or pipe / the broker / Redis / the load generator "
          "and collector / the rest of the machine, the worker's runs; the bare pipe's",
          lambda c: f"{_stretch_cpu(c['latency_runs'])}; {_stretch_cpu(c['pipe_latency_runs'])}"),
+        ("latency: processes and threads the machine started, over the run / in that longest stretch, the worker's "
+         "runs; the bare pipe's",
+         lambda c: f"{_tasks(c['latency_runs'])}; {_tasks(c['pipe_latency_runs'])}"),
         ("latency runs: this process's longest gc pause, ms",
          lambda c: _f(max(r["harness_gc_max_ms"] for r in c["latency_runs"] + c["pipe_latency_runs"]), 1)),
     ]  # fmt: skip

@@ -114,6 +114,13 @@ def test_every_figure_is_reported() -> None:
         else:
             assert list(shares_in_stretch) == ["runner", "broker", "redis", "harness", "rest"], shares_in_stretch
             assert all(0 <= v <= 100 * (os.cpu_count() or 1) + 50 for v in shares_in_stretch.values()), shares_in_stretch
+        # The machine starts tasks of its own now and then (and the worker none in a steady run): a count, and
+        # in the stretch no more than over the whole run.
+        assert run["tasks_started"] >= 0, run["tasks_started"]
+        if run["saturated_longest_ms"] == 0:
+            assert run["saturated_tasks_started"] is None
+        else:
+            assert 0 <= run["saturated_tasks_started"] <= run["tasks_started"], run
     assert figures["scoring"]["dead_letters"] == 0
     assert figures["learning"]["model_version_delta"] > 0
     assert figures["learning"]["batches"] > 0 and figures["learning"]["batch_ms"] > 0  # the worker's own metrics
