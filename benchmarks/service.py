@@ -311,9 +311,9 @@ def model_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> di
         client.close()
 
 
-# Keys a model holds for exactly-once learning: shard marker sets (``evs:``), per-event markers in shards
-# and at the model level (``ev:``), attempt markers (``try:``). All expire with the events' TTL.
-_MARKER_PARTS = (b":evs:", b":ev:", b":try:")
+# Keys a model holds for exactly-once learning: each part's watermarks (``wm``) and each input
+# partition's ring of seen event ids (``seen:``). Their number does not grow with the events.
+_MARKER_PARTS = (b":wm", b":seen:")
 
 
 def marker_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> dict[str, int]:
@@ -1834,7 +1834,7 @@ def markdown(results: dict[str, Any]) -> str:
          lambda c: f"{c['learning']['model_version_delta']:,} / {c['learning']['events']:,}"),
         ("learning: the worker's batches / its mean ms in a batch (metrics)",
          lambda c: f"{c['learning']['batches']:,} / {_f(c['learning']['batch_ms'])}"),
-        ("learning: Redis memory of the events' markers, MiB / bytes an event (kept 7 days and a day)",
+        ("learning: Redis memory of the watermarks and seen events, MiB / bytes an event",
          lambda c: _markers(c["learning"])),
         ("mixed docs/s (10 % labelled later, from cache)", lambda c: _f(c["mixed"]["per_s"])),
         ("mixed: labelled events learned / dead letters",

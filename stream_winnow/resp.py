@@ -19,13 +19,13 @@ can be repeated safely (``HSET`` of the same values, ``EXPIREAT`` of the same ti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis
 from redis.exceptions import ResponseError
 
-__all__ = ["Pending", "encode", "execute", "pack", "replies", "watched_transaction"]
+__all__ = ["Pending", "encode", "execute", "pack", "replies", "transaction"]
 
 Command = Sequence[bytes]
 
@@ -149,35 +149,25 @@ class Pending:
                 pass  # not wanted anyway
 
 
-def watched_transaction(
-    client: Any, watch: Sequence[bytes], read: Command, commands_for: Callable[[Any], Sequence[Command] | None]
-) -> list[Any] | None:
-    """An optimistic transaction in two round trips on one connection: ``WATCH watch`` and ``read``, then
-    ``MULTI``, the commands ``commands_for(read's reply)`` gives, ``EXEC``. Returns EXEC's replies.
-    ``client`` is a plain ``redis.Redis`` (a Cluster's keys may live on several nodes).
+def transaction(client: Any, commands: Sequence[Command]) -> list[Any]:
+    """``MULTI``, ``commands``, ``EXEC`` in one round trip on one connection of a plain ``redis.Redis``:
+    all of them run, or none. Returns EXEC's replies, each error reply in its place (not raised).
 
-    None when nothing was written: ``commands_for`` returned None (it saw a value it did not expect),
-    or a watched key changed before EXEC. Redis runs the commands as they are, with no script to copy
-    their arguments (the weight store's learned rows: ``RedisStore._write_batch_at_once``). A
-    connection error is raised, not retried (the connection is dropped): EXEC may or may not have
-    run, and only the caller knows how to tell.
+    A connection error is raised, not retried (the connection is dropped): EXEC may or may not have
+    run, and only the caller knows how to tell (the weight store: by its watermarks).
     """
     pool = client.connection_pool
     connection = pool.get_connection()
     try:
-        _, reply = _raise_first_error(_round_trip(connection, pack([[b"WATCH", *watch], read]), 2))
-        commands = commands_for(reply)
-        if commands is None:
-            _raise_first_error(_round_trip(connection, pack([[b"UNWATCH"]]), 1))
-            return None
         request = pack([[b"MULTI"], *commands, [b"EXEC"]])
-        *_, replies = _raise_first_error(_round_trip(connection, request, len(commands) + 2))
+        *queued, replies = _round_trip(connection, request, len(commands) + 2)
+        _raise_first_error(queued)
     except BaseException:
-        connection.disconnect()  # possibly watching, in a transaction or with replies unread: never reused as it is
+        connection.disconnect()  # possibly in a transaction or with replies unread: never reused as it is
         raise
     finally:
         pool.release(connection)
-    return None if replies is None else _raise_first_error(list(replies))
+    return list(replies)
 
 
 def _raise_first_error(replies: list[Any]) -> list[Any]:

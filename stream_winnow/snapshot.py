@@ -41,7 +41,7 @@ import numpy as np
 from stream_winnow.errors import ConfigError, DataError
 from stream_winnow.learners.base import UPDATES_COUNTER
 from stream_winnow.learners.naive_bayes import DOCS_COUNTER, TOKENS_COUNTER
-from stream_winnow.stores.base import Bounds, CounterUpdate, RowUpdate, TableSpec, WeightStore
+from stream_winnow.stores.base import Bounds, Combine, CounterUpdate, RowUpdate, TableSpec, WeightStore
 from stream_winnow.stores.memory import MemoryStore
 from stream_winnow.stores.redis import RedisStore
 
@@ -217,7 +217,7 @@ def _write_redis(store: RedisStore, snapshot: Snapshot) -> None:
     pipe = client.pipeline(transaction=False) if not store.is_cluster else client.pipeline()
     for s in np.flatnonzero(created).tolist():
         pipe.incrby(store._count_keys[s], int(created[s]))
-        pipe.incr(store._write_keys[s])  # rows written outside the scripts: apply_rows must see it
+        pipe.incr(store._write_keys[s])  # rows written outside the scripts: row caches must see it
     for name, amounts in snapshot.counters.items():
         if not amounts:
             continue
@@ -261,6 +261,7 @@ def _header(snapshot: Snapshot) -> dict[str, Any]:
                 "name": t.name,
                 "initial": t.initial,
                 "per_category": t.per_category,
+                "combine": t.combine,
                 "low": t.bounds.low,
                 "high": t.bounds.high,
             }
@@ -362,11 +363,18 @@ def _check_header(header: Any, where: str) -> dict[str, Any]:
     return header
 
 
+def _combine(value: Any) -> Combine:
+    if value not in ("multiply", "add"):
+        raise ValueError(f"combine must be 'multiply' or 'add', got {value!r}")
+    return "multiply" if value == "multiply" else "add"
+
+
 def _build(header: dict[str, Any], ids: np.ndarray, arrays: Sequence[np.ndarray], where: str) -> Snapshot:
     try:
         tables = tuple(
             TableSpec(
-                t["name"], float(t["initial"]), bool(t["per_category"]), Bounds(float(t["low"]), float(t["high"]))
+                t["name"], float(t["initial"]), bool(t["per_category"]), Bounds(float(t["low"]), float(t["high"])),
+                _combine(t["combine"]),
             )
             for t in header["tables"]
         )

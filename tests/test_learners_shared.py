@@ -21,6 +21,7 @@ from stream_winnow.learners import LEARNERS, Learner, MistakeDriven, build_learn
 from stream_winnow.learners.base import UPDATES_COUNTER
 from stream_winnow.learners.naive_bayes import DOCS_COUNTER, TOKENS_COUNTER, NaiveBayes
 from stream_winnow.stores.base import RowUpdate
+from stream_winnow.stores.delta import fold_updates
 
 ALL_LEARNERS = tuple(LEARNERS)
 MISTAKE_DRIVEN = ("balanced-winnow", "positive-winnow", "perceptron")
@@ -241,26 +242,26 @@ def test_predict_one_modifies_neither_input_nor_store(
         assert first.model_version == second.model_version == learner.store.version
 
 
-# -- (e) an event id is applied once ------------------------------------------------------------------
+# -- (e) a batch's updates commute: folded in any order, the model is the same ----------------------
 
 
 @pytest.mark.parametrize("name", ALL_LEARNERS)
-def test_learn_one_with_the_same_event_id_applies_once(name: str, learner_factory: Callable[..., Learner]) -> None:
+def test_a_batch_folded_in_any_order_gives_the_same_model(name: str, learner_factory: Callable[..., Learner]) -> None:
     learner = trained(learner_factory(name), corpus(20, seed=8))
-    doc = LabelledDocument("e", ("a1", "a2", "w1", "w2", "zzz"), ("a", "c"))
-    first = learner.learn_one(doc.tokens, doc.labels, event_id="event-1")
-    assert first.applied
-    state = model_state(learner)
-    again = learner.learn_one(doc.tokens, doc.labels, event_id="event-1")
-    assert not again.applied
-    assert model_state(learner) == state
-    # The id, not the content, decides: another document under an applied id changes nothing either.
-    other = LabelledDocument("f", ("b1", "w5", "qqq"), ("b",))
-    assert not learner.learn_one(other.tokens, other.labels, event_id="event-1").applied
-    assert model_state(learner) == state
-    # ... while a fresh id is applied.
-    assert learner.learn_one(other.tokens, other.labels, event_id="event-2").applied
-    assert learner.store.version == state[0] + 1
+    docs = corpus(12, seed=9)
+    learner.store.ensure_categories(sorted({c for d in docs for c in d.labels}))
+    events = [list(learner.updates_for(learner.transform(d.tokens), d.labels)[0]) for d in docs]
+    specs = list(learner.store.tables.values())
+    n = len(learner.store.categories())
+    forward, backward = fold_updates(events, specs, n), fold_updates(events[::-1], specs, n)
+    assert forward.changed_events == backward.changed_events > 0
+    np.testing.assert_array_equal(forward.feature_ids, backward.feature_ids)
+    for table in forward.values:
+        np.testing.assert_allclose(forward.values[table], backward.values[table], rtol=1e-12)
+    before = model_state(learner)
+    learner.store.apply_delta(forward)
+    assert model_state(learner) != before
+    assert learner.store.version == before[0] + forward.changed_events
 
 
 # -- (f) the update rules, property-based ------------------------------------------------------------

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.stores.base import Bounds, CounterUpdate, RowUpdate, TableSpec
+from stream_winnow.stores.base import Bounds, CounterUpdate, RowUpdate, StaleWatermark, TableSpec
+from stream_winnow.stores.delta import SourceRange, fold_updates
 from stream_winnow.stores.memory import MemoryStore
 
 TABLES = [
@@ -122,19 +123,20 @@ def test_counters(store_factory: Callable[..., MemoryStore]) -> None:
     assert store.counters("docs")["*"] == 2.0
 
 
-def test_idempotent_event_ids(store_factory: Callable[..., MemoryStore]) -> None:
+def test_a_delta_moves_the_watermark_and_a_redelivery_is_refused(store_factory: Callable[..., MemoryStore]) -> None:
     store = store_factory(("a",))
     update = [RowUpdate("positive", ids(70_000), np.array([0]), multiply=np.array([1.5])), CounterUpdate("n", {"*": 1})]
-    assert store.apply(update, event_id="e1") is True
-    version = store.version
-    assert store.apply(update, event_id="e1") is False
-    assert store.version == version
-    assert store.read(ids(70_000))["positive"][0, 0] == 3.0
-    assert store.counters("n") == {"*": 1}
-    assert store.apply(update, event_id="e2") is True
-    assert store.apply(update) is True  # no id: always applied
-    assert store.read(ids(70_000))["positive"][0, 0] == 2.0 * 1.5**3
-    assert store.version == version + 2
+    delta = fold_updates([update, update], list(store.tables.values()), 1)
+    store.apply_delta(delta, [SourceRange("labels:0", (-1, -1), 41)], {"labels:0": np.array([7, 8], dtype=np.uint64)})
+    assert store.read(ids(70_000))["positive"][0, 0] == 2.0 * 1.5**2
+    assert store.counters("n") == {"*": 2}
+    assert store.version == 2
+    assert store.watermarks(["labels:0", "labels:1"])["labels:0"].tolist() == [41, 41]
+    assert store.seen_events("labels:0").tolist() == [7, 8]
+    with pytest.raises(StaleWatermark):  # a writer that did not know of offset 41
+        store.apply_delta(delta, [SourceRange("labels:0", (-1, -1), 50)])
+    assert store.version == 2
+    assert store.read(ids(70_000))["positive"][0, 0] == 2.0 * 1.5**2
 
 
 def test_growth_past_16_categories_and_4096_rows_keeps_values(store_factory: Callable[..., MemoryStore]) -> None:

@@ -27,11 +27,18 @@ class WorkerMetrics:
         )
         self.updates = Counter("stream_winnow_updates_applied", "Updates applied to the model.", registry=r)
         self.duplicates = Counter(
-            "stream_winnow_duplicate_events", "Labelled events already applied (redeliveries).", registry=r
+            "stream_winnow_duplicate_events", "Labelled records skipped: already applied (redeliveries) or resent with a seen event id.", registry=r
         )
-        self.row_conflicts = Counter(
-            "stream_winnow_row_conflicts",
-            "Learning batches whose rows another worker changed meanwhile (applied event by event instead).",
+        self.stale_watermarks = Counter(
+            "stream_winnow_stale_watermarks",
+            "Learning writes refused because another worker had applied records of the partition since "
+            "(a partition that moved during a rebalance); the batch's learning was redone.",
+            registry=r,
+        )
+        self.partial_redeliveries = Counter(
+            "stream_winnow_partial_redeliveries",
+            "Labelled records that only some parts of the model had applied (a Cluster write cut short), "
+            "learned again for the parts behind.",
             registry=r,
         )
         self.dead_letters = Counter(

@@ -56,17 +56,19 @@ from stream_winnow.codec import (
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, TransportError
 from stream_winnow.fast_documents import ParsedDocuments, parse_documents
-from stream_winnow.features import FeatureBatch, FeatureVector, Featurizer, gather_rows
+from stream_winnow.features import FeatureBatch, Featurizer, gather_rows
 from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner
-from stream_winnow.learners.mistake_driven import KEEP_TABLE, MistakeDriven
+from stream_winnow.learners.mistake_driven import MistakeDriven
 from stream_winnow.learners.registry import describe, from_metadata
 from stream_winnow.outcomes import push_outcomes
-from stream_winnow.stores.base import CounterUpdate, LearnedEvent, Update
+from stream_winnow.stores.base import StaleWatermark, Update
 from stream_winnow.stores.cached import CachedStore
+from stream_winnow.stores.delta import RowDelta, delta_between, fold_updates, sum_counters
 from stream_winnow.stores.memory import MemoryStore
 from stream_winnow.top_scores import reported_scores
 from workers.config import WorkerConfig
+from workers.ledger import OffsetLedger, event_hash, source_of
 from workers.metrics import WorkerMetrics
 from workers.transport import Consumer, Delivery, Producer, Record
 from workers.transport.in_flight import InFlight
@@ -101,8 +103,9 @@ class WorkerState:
 
 # A learning item's tokens; None: they are hashes from the compiled pass (``_Labelled.hashed``).
 Tokens = tuple[str, ...] | None
-# Each learning item's store updates and event id, for ``apply_many`` (built only when needed).
-Pending = list[tuple[Sequence[Update], str | None]]
+# A write refused as stale is redone from fresh watermarks; more than this in a row means a partition
+# is being written by two workers at once (a zombie that lost its group membership), so give up the batch.
+_STALE_RETRIES = 3
 
 
 class _CacheWrite:
@@ -200,6 +203,7 @@ class Worker:
         self._writes: deque[_CacheWrite] = deque()
         # The model's settings, to build the batch-local learner like the shared one.
         self._learner_spec = describe(learner)
+        self.ledger = OffsetLedger(learner.store)
         # A failed batch is processed again as it was: its learning is skipped by event id.
         self.in_flight = InFlight(
             consumer, config.max_batches_in_flight, redo=self.process, commit_interval_ms=config.commit_interval_ms,
@@ -290,6 +294,7 @@ class Worker:
         log.info("revoked %s", sorted(partitions))
         self._settle_all("partitions revoked")
         self.in_flight.forget(partitions)
+        self.ledger.forget(f"{topic}:{partition}" for topic, partition in partitions)
 
     def _settle_all(self, why: str) -> None:
         """Wait for every batch in flight and commit it; what cannot be is read again by the next owner."""
@@ -598,27 +603,77 @@ class Worker:
         if not resolved:
             return
         store.ensure_categories(sorted({label for item, _ in resolved for label in item.labels}))
-        done = store.applied_events([item.event_id for item, _ in resolved])
-        fresh = [pair for pair, applied in zip(resolved, done, strict=True) if not applied]
-        self.metrics.duplicates.inc(len(resolved) - len(fresh))
-        if isinstance(self.learner, MistakeDriven):
-            self._learn_batched(self.learner, fresh)
-        else:
-            self._learn_one_by_one(fresh)
+        try:
+            self._learn_exactly_once(resolved)
+        except BaseException:
+            self.ledger.forget()  # a write may or may not have landed: read the watermarks again
+            raise
         # Counted once learned, so a batch retried after a failure counts once, and whoever waits
         # for this counter (the benchmark's learning phase, the demo) finds the model written.
         self.metrics.labelled.inc(len(resolved))
 
-    def _learn_batched(self, learner: MistakeDriven, items: list[tuple[_Labelled, Tokens]]) -> None:
-        """One read of every feature of the batch, learning in order on a local copy, one write round.
+    def _learn_exactly_once(self, resolved: list[tuple[_Labelled, Tokens]]) -> None:
+        """Learn what the store's watermarks say is still to be learned (``workers.ledger``), and write it.
 
-        The local copy sees each update before the next item is scored, so a single worker decides
-        and learns exactly as the in-process learner would. The learned rows then go to Redis whole
-        with ``apply_rows`` (compare-and-set per shard, once per event id); if another worker changed
-        one of them meanwhile, the events go event by event with ``apply_many`` instead.
+        Records every part applied are skipped; records some parts applied (a Cluster write cut short)
+        are learned one by one for the parts behind; the rest is learned as one batch. A write refused
+        as stale (the partition moved to another worker and back) is redone from fresh watermarks.
+        """
+        for attempt in range(_STALE_RETRIES):
+            split = self.ledger.split([item.record for item, _ in resolved], [item.event_id for item, _ in resolved])
+            self.metrics.duplicates.inc(len(split.done) + len(split.duplicates))
+            try:
+                for i, parts in split.partial:
+                    self.metrics.partial_redeliveries.inc()
+                    self._learn_and_write([resolved[i]], parts)
+                self._learn_and_write([resolved[i] for i in split.fresh], None)
+                return
+            except StaleWatermark as stale:
+                self.metrics.stale_watermarks.inc()
+                log.warning("learning write refused (%s); reading the watermarks again", stale)
+                self.ledger.forget([stale.source])
+                if attempt == _STALE_RETRIES - 1:
+                    raise
+
+    def _learn_and_write(self, items: list[tuple[_Labelled, Tokens]], parts: list[int] | None) -> None:
+        """Learn ``items`` in order into one delta and write it with their partitions' watermarks.
+
+        ``parts``: write only these (a partial redelivery's parts still behind); None: every part.
         """
         if not items:
             return
+        store = self.learner.store
+        if isinstance(self.learner, MistakeDriven):
+            delta, wrongs = self._learn_batched(self.learner, items)
+        else:
+            delta, wrongs = self._learn_one_by_one(items)
+        records = [item.record for item, _ in items]
+        ranges = self.ledger.ranges(records)
+        seen: dict[str, list[int]] = {}
+        for item, _ in items:
+            seen.setdefault(source_of(item.record), []).append(event_hash(item.event_id))
+        started = time.perf_counter()
+        store.apply_delta(delta, ranges, {s: np.array(h, dtype=np.uint64) for s, h in seen.items()}, parts)
+        self.metrics.redis_seconds.observe(time.perf_counter() - started)
+        self.ledger.advanced(ranges, parts, seen)
+        push_outcomes(self.cache.client, self.config.model,
+                      [(item.labels, wrong) for (item, _), wrong in zip(items, wrongs, strict=True)])  # fmt: skip
+        learned = [wrong for wrong in wrongs if wrong]
+        self.metrics.updates.inc(len(learned))
+        # Once a category a batch (a labels() lookup per event and category cost 15 ms a batch of 4,000).
+        for category, count in Counter(category for wrong in learned for category in wrong).items():
+            self.metrics.mistakes.labels(category).inc(count)
+
+    def _learn_batched(
+        self, learner: MistakeDriven, items: list[tuple[_Labelled, Tokens]]
+    ) -> tuple[RowDelta, list[tuple[str, ...]]]:
+        """One read of every feature of the batch, learning in order on a local copy; the change as a delta.
+
+        The local copy sees each update before the next item is scored, so a single worker decides
+        and learns exactly as the in-process learner would. What the batch changed goes to Redis as
+        one factor (Winnow) or addend (Perceptron) per changed value, which commutes with any other
+        worker's: their deltas to the same rows both land, in either order.
+        """
         store = learner.store
         batch = self._features(items)
         unique = batch.distinct_ids()[0]
@@ -626,10 +681,12 @@ class Worker:
         snapshot = store.read_for_update(unique)
         version = store.version
         self.metrics.redis_seconds.observe(time.perf_counter() - started)
-        names = store.categories()  # one round trip: the local copy and the decisions share it
-        local_store = MemoryStore(learner.table_specs(), rows=len(unique) + 1, categories=len(names))
+        names = store.categories()  # after the rows: at least as many categories as they have
+        specs = learner.table_specs()
+        local_store = MemoryStore(specs, rows=len(unique) + 1, categories=len(names))
         local_store.ensure_categories(names)
         local_store.load_rows(unique, snapshot.values)
+        before = local_store.read(unique)  # every row at the batch's width (columns added since: initial)
         local = from_metadata(self._learner_spec, store=local_store)
         assert isinstance(local, MistakeDriven)
         local.featurizer = learner.featurizer
@@ -638,31 +695,15 @@ class Worker:
         if learner.d is not None:
             local.set_d(learner.d)
         if compiled.supports(local):
-            wrongs, pending_updates = self._learn_compiled(local, batch, items, names, version)
+            wrongs = self._learn_compiled(local, batch, items, names, version)
         else:
-            wrongs, pending_updates = self._learn_in_python(local, batch, items, names, version)
-        # One counter tuple for each distinct set of mistaken categories in the batch, shared by its events
-        # (the store then packs each distinct tuple once too): the benchmark's batches of 4,000 events hold
-        # 1,600-2,050 distinct sets, and building and packing the counters took 18-19 ms a batch against
-        # 10-12 ms this way (a throwaway timing with 1,521 distinct sets of 4,000).
-        counters: dict[tuple[str, ...], tuple[CounterUpdate, ...]] = {(): ()}
+            wrongs = self._learn_in_python(local, batch, items, names, version)
+        counters: dict[str, dict[str, float]] = {}
         for wrong in wrongs:
-            if wrong not in counters:
-                counters[wrong] = _counters(local.bookkeeping(wrong))
-        events = [LearnedEvent(item.event_id, counters[wrong], bool(wrong))
-                  for (item, _), wrong in zip(items, wrongs, strict=True)]  # fmt: skip
-        applied = store.apply_rows(snapshot, local_store.read(unique), events)
-        if applied is None:  # rows changed under us (another worker), or a store that cannot check
-            self.metrics.row_conflicts.inc()
-            applied = store.apply_many(pending_updates())
-        push_outcomes(self.cache.client, self.config.model, [(item.labels, wrong) for (item, _), wrong
-                                                             in zip(items, wrongs, strict=True)])  # fmt: skip
-        learned = [wrong for wrong, ok in zip(wrongs, applied, strict=True) if ok and wrong]
-        self.metrics.updates.inc(len(learned))
-        # Once a category a batch (a labels() lookup per event and category cost 15 ms a batch of 4,000).
-        for category, count in Counter(category for wrong in learned for category in wrong).items():
-            self.metrics.mistakes.labels(category).inc(count)
-        self.metrics.duplicates.inc(applied.count(False))
+            if wrong:
+                sum_counters(local.bookkeeping(wrong), counters)  # type: ignore[arg-type]
+        values = delta_between(before, local_store.read(unique), specs)
+        return RowDelta(unique, values, counters, sum(1 for wrong in wrongs if wrong)), wrongs
 
     def _features(self, items: list[tuple[_Labelled, Tokens]]) -> FeatureBatch:
         """The items' features in order, from token hashes (compiled pass) or token texts alike."""
@@ -712,8 +753,8 @@ class Worker:
         items: list[tuple[_Labelled, Tokens]],
         names: Sequence[str],
         version: int,
-    ) -> tuple[list[tuple[str, ...]], Callable[[], Pending]]:
-        """The batch through the compiled loop: each item's mistaken categories, and its updates on demand."""
+    ) -> list[tuple[str, ...]]:
+        """The batch through the compiled loop: each item's mistaken categories."""
         stream = compiled.prepare(local, batch, [item.labels for item, _ in items])
         actions = np.zeros((len(items), len(names)), dtype=np.int8)
         _, margins = compiled.run(local, stream, record_margins=True, actions=actions)
@@ -739,25 +780,7 @@ class Worker:
                 mistakes_before += 1
             wrongs.append(wrong)
 
-        def pending() -> Pending:
-            distinct, inverse = batch.distinct_ids()
-            keep = (local.store.read(distinct)[KEEP_TABLE][:, 0] > 0)[inverse]
-            out: Pending = []
-            for i, (item, _) in enumerate(items):
-                updates: list[Update] = []
-                if wrongs[i]:
-                    promote = np.flatnonzero(actions[i] > 0)
-                    demote = np.flatnonzero(actions[i] < 0)
-                    start, end = batch.indptr[i], batch.indptr[i + 1]
-                    kept = keep[start:end]
-                    vector = FeatureVector(batch.ids[start:end][kept], batch.strengths[start:end][kept])
-                    updates = [*(local.rule_updates(vector, promote, demote) if len(vector) else []),
-                               *local.bookkeeping(wrongs[i])]  # fmt: skip
-                # Applied even when empty: the event id is recorded, so a redelivery changes nothing later.
-                out.append((updates, item.event_id))
-            return out
-
-        return wrongs, pending
+        return wrongs
 
     def _learn_in_python(
         self,
@@ -766,10 +789,9 @@ class Worker:
         items: list[tuple[_Labelled, Tokens]],
         names: Sequence[str],
         version: int,
-    ) -> tuple[list[tuple[str, ...]], Callable[[], Pending]]:
+    ) -> list[tuple[str, ...]]:
         """The reference path, one item at a time (rules the compiled loop does not know)."""
         local_store = local.store
-        pending: Pending = []
         wrongs: list[tuple[str, ...]] = []
         for i, (item, _) in enumerate(items):
             vector = batch.vector(i)
@@ -784,33 +806,34 @@ class Worker:
             if updates:
                 local_store.apply(updates)
             wrongs.append(outcome.promoted + outcome.demoted)
-            # Applied even when empty: the event id is recorded, so a redelivery changes nothing later.
-            pending.append((updates, item.event_id))
-        return wrongs, lambda: pending
+        return wrongs
 
-    def _learn_one_by_one(self, items: list[tuple[_Labelled, Tokens]]) -> None:
-        """Naive Bayes (its scores need model-wide counts): predict and learn each item against Redis."""
+    def _learn_one_by_one(self, items: list[tuple[_Labelled, Tokens]]) -> tuple[RowDelta, list[tuple[str, ...]]]:
+        """Naive Bayes (its scores need model-wide counts): predict each item against the store, fold the counts.
+
+        Every labelled item adds its counts, whatever the prediction, so the delta is a sum the order
+        of the batch does not change.
+        """
         learner = self.learner
+        store = learner.store
+        events: list[list[Update]] = []
+        wrongs: list[tuple[str, ...]] = []
         for item, tokens in items:
             assert tokens is not None, "only the mistake-driven rules learn from token hashes"
             vector = learner.transform(tokens)
             margins = learner.margins(vector)
             if item.decide:
-                version = learner.store.version
-                names = learner.store.categories()
-                scores = _plain_scores(margins)
+                version = store.version
+                names = store.categories()
                 self._send_decision(
-                    item.document_id, learner.decide(margins, names), names, scores, version, item.ts_ms
+                    item.document_id, learner.decide(margins, names), names, _plain_scores(margins), version, item.ts_ms
                 )
                 self.metrics.documents.inc()
             updates, outcome = learner.updates_for(vector, item.labels, margins)
-            push_outcomes(self.cache.client, self.config.model, [(item.labels, outcome.promoted + outcome.demoted)])
-            if learner.store.apply(updates, event_id=item.event_id):
-                self.metrics.updates.inc(bool(updates))
-                for category in outcome.promoted + outcome.demoted:
-                    self.metrics.mistakes.labels(category).inc()
-            else:
-                self.metrics.duplicates.inc()
+            events.append(list(updates))
+            wrongs.append(outcome.promoted + outcome.demoted)
+        delta = fold_updates(events, list(store.tables.values()), len(store.categories()))
+        return delta, wrongs
 
     def _send_decision(
         self,
@@ -860,10 +883,6 @@ class Worker:
             "dead letter from %s[%d]@%d: %s: %s", record.topic, record.partition, record.offset, reason, detail,
             extra={"topic": record.topic, "partition": record.partition, "offset": record.offset, "reason": reason},
         )  # fmt: skip
-
-
-def _counters(updates: Sequence[Update]) -> tuple[CounterUpdate, ...]:
-    return tuple(update for update in updates if isinstance(update, CounterUpdate))
 
 
 def _labelled_event(record: Record, event: LabelledEvent) -> _Labelled:

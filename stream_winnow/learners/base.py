@@ -201,15 +201,13 @@ class Learner(ABC):
         margins = self.margins(vector)
         return Prediction(self.decide(margins), margins, self.store.version)
 
-    def learn_one(
-        self, tokens: Sequence[str] | FeatureVector, labels: Collection[str], event_id: str | None = None
-    ) -> LearnOutcome:
+    def learn_one(self, tokens: Sequence[str] | FeatureVector, labels: Collection[str]) -> LearnOutcome:
         vector = tokens if isinstance(tokens, FeatureVector) else self.transform(tokens)
         self.store.ensure_categories(list(labels))
         updates, outcome = self.updates_for(vector, labels)
         if not updates:
             return outcome
-        applied = self.store.apply(updates, event_id=event_id)
+        applied = self.store.apply(updates)
         return LearnOutcome(outcome.promoted, outcome.demoted, applied)
 
     def label_vector(self, labels: Collection[str]) -> np.ndarray:

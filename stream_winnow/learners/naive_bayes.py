@@ -73,8 +73,8 @@ class NaiveBayes(Learner):
 
     def table_specs(self) -> list[TableSpec]:
         return [
-            TableSpec("counts", 0.0, bounds=_COUNT_BOUNDS),
-            TableSpec("total", 0.0, per_category=False, bounds=_COUNT_BOUNDS),
+            TableSpec("counts", 0.0, bounds=_COUNT_BOUNDS, combine="add"),
+            TableSpec("total", 0.0, per_category=False, bounds=_COUNT_BOUNDS, combine="add"),
         ]
 
     @abstractmethod

@@ -12,8 +12,14 @@ columns ``c``::
     w[f, c] <- clip(w[f, c] * multiply[c] + add[f, c], bounds.low, bounds.high)
 
 Multiplicative (Winnow) and additive (Perceptron, Naive Bayes) rules are both
-this one operation, which a Redis script can apply atomically, and which stays
-correct when several workers apply updates to the same features concurrently.
+this one operation; each table is either multiplied or added to (``TableSpec.combine``),
+so a batch's updates fold into one commutative ``RowDelta`` per row (``stores.delta``)
+that many workers can apply to the same rows concurrently, in any order.
+
+Exactly-once learning from a stream is by offsets: a store keeps, per *part* (a shard of
+rows, and the model-level part of counters and version) and per input partition, the
+highest offset whose records it has applied (its *watermark*), and moves it in the same
+atomic step as the part's delta (``apply_delta``).
 """
 
 from __future__ import annotations
@@ -21,11 +27,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from stream_winnow.errors import ConfigError
+from stream_winnow.errors import ConfigError, StoreError
+
+if TYPE_CHECKING:
+    from stream_winnow.stores.delta import RowDelta, SourceRange
+
+#: How a table's values change: Winnow weights are multiplied, Perceptron weights and counts added to.
+Combine = Literal["multiply", "add"]
+
+#: The part of a store holding the model-level keys (counters, version, seen events), after the shards.
+MODEL_PART = -1
 
 #: Rows of some features (per table, as ``read`` returns them) -> one array row per feature. A
 #: store may keep the result with its rows, keyed by the view itself (a learner's bound method).
@@ -54,6 +69,7 @@ class TableSpec:
     initial: float
     per_category: bool = True
     bounds: Bounds = field(default_factory=Bounds)
+    combine: Combine = "multiply"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,15 +108,6 @@ class RowSnapshot:
     # Per part (``part_of``) of the rows, its write counter as they were read; None: the store cannot tell.
     writes: Mapping[int, int] | None = None
     stored: np.ndarray | None = None  # per row, whether it was stored (False: it read as the initial values)
-
-
-@dataclass(frozen=True, slots=True)
-class LearnedEvent:
-    """One event of a batch whose rows are written whole: its id, bookkeeping counters, whether it changed rows."""
-
-    event_id: str
-    counters: Sequence[CounterUpdate]
-    changed_rows: bool
 
 
 class WeightStore(ABC):
@@ -145,30 +152,23 @@ class WeightStore(ABC):
         return self.read_view(feature_ids, view), np.arange(len(feature_ids))
 
     @abstractmethod
-    def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
-        """Apply all ``updates`` (rows and counters) at once and bump the version.
+    def apply(self, updates: Sequence[Update]) -> bool:
+        """Apply all ``updates`` (rows and counters) at once and bump the version (the library's way).
 
-        With no updates and an ``event_id``, only record the event (no new version), so
-        a redelivered event that first changed nothing is recognised and skipped too.
-
-        With an ``event_id`` already applied, change nothing and return False
-        (a redelivered labelled event must not move the weights twice).
+        A stream's learning goes through ``apply_delta`` instead, which is exactly-once by offsets.
+        Returns whether anything was applied.
         """
 
-    def apply_many(self, batch: Sequence[tuple[Sequence[Update], str | None]]) -> list[bool]:
-        """``apply`` for each (updates, event_id) in order; stores may do it in fewer round trips."""
-        return [self.apply(updates, event_id) for updates, event_id in batch]
-
     def read_for_update(self, feature_ids: np.ndarray) -> RowSnapshot:
-        """``read`` (never from a cache), remembering what ``apply_rows`` must check; ids unique."""
+        """``read`` of unique ids to learn from, with each part's write counter as read where the store has them."""
         return RowSnapshot(feature_ids, self.read(feature_ids))
 
     def snapshot_from(
         self, feature_ids: np.ndarray, values: Mapping[str, np.ndarray], stored: np.ndarray, writes: Mapping[int, int]
     ) -> RowSnapshot:
-        """A snapshot ``apply_rows`` takes, of rows a cache holds: ``values`` as the store held them when each
-        part's write counter was ``writes[part]``, ``stored`` per row. This default cannot check (None later)."""
-        return RowSnapshot(feature_ids, dict(values))
+        """A snapshot of rows a cache holds: ``values`` as the store held them when each part's write
+        counter was ``writes[part]``, ``stored`` per row."""
+        return RowSnapshot(feature_ids, dict(values), writes=dict(writes), stored=stored)
 
     def part_of(self, feature_ids: np.ndarray) -> np.ndarray:
         """The part (shard) holding each feature's row; the rows of a part share one write counter."""
@@ -187,22 +187,39 @@ class WeightStore(ABC):
         its request at once, so the reply comes while the caller works). Here it is read when called."""
         return self.part_writes
 
-    def apply_rows(
-        self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray], events: Sequence[LearnedEvent]
-    ) -> list[bool] | None:
-        """Write the rows a batch of ``events`` learned (``learned``: values per table for the snapshot's ids).
-
-        Only when none of the rows that changed was changed by anyone else since the snapshot,
-        and none of the events was applied before; then it counts, marks and versions each
-        event like ``apply`` and returns what ``apply_many`` would. None means "not written":
-        the caller applies the events one by one with ``apply_many`` instead (stores that
-        cannot check, like this default, always answer None).
-        """
-        return None
+    # -- exactly-once learning from a stream --------------------------------------------------------
+    @property
+    def n_parts(self) -> int:
+        """Shards of rows (``part_of``); each has its own watermarks, and so has ``MODEL_PART``."""
+        return 1
 
     @abstractmethod
-    def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
-        """For each event id, whether an ``apply`` with it has completed."""
+    def watermarks(self, sources: Sequence[str]) -> dict[str, np.ndarray]:
+        """Per source (an input partition, ``"labels:3"``), each part's watermark: ``n_parts`` shards, then
+        ``MODEL_PART`` last; -1 where none was recorded. One round trip (per Cluster node)."""
+
+    @abstractmethod
+    def seen_events(self, source: str) -> np.ndarray:
+        """The hashes (uint64) of the last events applied from ``source``, at most ``seen_window``."""
+
+    @abstractmethod
+    def apply_delta(
+        self,
+        delta: RowDelta,
+        sources: Sequence[SourceRange] = (),
+        seen: Mapping[str, np.ndarray] | None = None,
+        parts: Sequence[int] | None = None,
+    ) -> dict[int, int]:
+        """Apply ``delta`` and move each source's watermark, in one atomic step per part.
+
+        Each part (its rows' shard; ``MODEL_PART``: counters, version and ``seen`` event hashes per
+        source) checks that its watermark of every source is ``expected`` and then applies its share
+        and sets the watermark to ``last``; the model part goes last. ``parts``: only these parts
+        (a redelivery that some parts applied already); default all. Raises ``StaleWatermark`` if a
+        part's watermark was not as expected (that part is left unchanged). Returns each written
+        shard's write counter after the write (``part_writes``), so a row cache can tell whether
+        anybody else wrote the shard meanwhile.
+        """
 
     @abstractmethod
     def counters(self, name: str) -> dict[str, float]:
@@ -234,7 +251,7 @@ class WeightStore(ABC):
     @property
     @abstractmethod
     def version(self) -> int:
-        """Number of applied updates; grows by one per ``apply`` that changed something."""
+        """Number of applied updates; grows by one per ``apply`` and per changed event of ``apply_delta``."""
 
     # -- model metadata ------------------------------------------------------------------------------
     @abstractmethod
@@ -248,3 +265,13 @@ class WeightStore(ABC):
     def widths(self) -> dict[str, int]:
         n = len(self.categories())
         return {name: (n if spec.per_category else 1) for name, spec in self.tables.items()}
+
+
+class StaleWatermark(StoreError):
+    """A part's watermark of a source was not what the writer expected: another writer applied
+    records of that partition since (a partition that moved to another worker). The part was left
+    unchanged; read the watermarks again and redo the batch's learning."""
+
+    def __init__(self, source: str, part: int, found: int, expected: int) -> None:
+        self.source, self.part, self.found, self.expected = source, part, found, expected
+        super().__init__(f"watermark of {source} in part {part} is {found}, expected {expected}")

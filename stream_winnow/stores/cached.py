@@ -7,11 +7,11 @@ reading Redis for every batch. Each cached row remembers its shard's *write coun
 was read (every row write bumps its shard's counter), and once per batch the cache reads all
 counters (one ``MGET`` of 18 small values): rows whose shard was not written since are exact
 and served from memory; only the others and rows never seen are fetched. A worker's own
-learned batch (``apply_rows``) keeps the cache warm: its compare-and-set proves it was the
-only write to each shard it wrote, so the learned rows go into the cache and the shard's
-other cached rows stay exact. Learning reads (``read_for_update``) come from the cache too,
-with the cached counters as the compare-and-set tokens; on the Reuters learning benchmark a
-batch of 2,000 events then reads only its new rows instead of about 15,000 (11 MB).
+learned batch (``apply_delta``) keeps the cache warm: when a shard's counter moved by just
+that write, nobody else wrote it, so the changed rows take the values Redis computed and the
+shard's other cached rows stay exact. Learning reads (``read_for_update``) come from the cache
+too; on the Reuters learning benchmark a batch of 2,000 events then reads only its new rows
+instead of about 15,000 (11 MB).
 
 With ``max_staleness_ms`` > 0 the cache works on the model's *row state* (version and
 epoch) instead: while it holds, cached rows are exact; when it moves, rows fetched within
@@ -29,7 +29,8 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 import numpy as np
 
 from stream_winnow.errors import StoreError
-from stream_winnow.stores.base import LearnedEvent, RowSnapshot, RowUpdate, RowView, Update, WeightStore
+from stream_winnow.stores.base import RowSnapshot, RowUpdate, RowView, Update, WeightStore
+from stream_winnow.stores.delta import RowDelta, SourceRange, identity_of
 from stream_winnow.stores.memory import MemoryStore
 
 
@@ -56,7 +57,6 @@ class CachedStore(WeightStore):
         self._clear_row_records()
         self.last_staleness_s = 0.0
         self.last_version: int | None = None  # the model version the last read saw (None: not known)
-        self._served: RowSnapshot | None = None  # the last snapshot read_for_update served from the cache
         # The write counters the next scoring read checks, requested already (read_ahead): reads the reply.
         self._ahead: Callable[[], tuple[int, Hashable, np.ndarray] | None] | None = None
 
@@ -111,7 +111,7 @@ class CachedStore(WeightStore):
         thread). The rows are then exact as of that request, a few milliseconds earlier than
         before, as if the batch had been taken that much earlier. Every other read that checks
         counters, and every write, first reads that reply and drops it (``drop_read_ahead``), so
-        learning's compare-and-set tokens are always read when learning reads. The worker drops
+        learning always reads the counters as they are when it reads. The worker drops
         a read ahead its batch did not score with. No effect with a staleness bound.
         """
         if self.max_staleness_ms > 0:
@@ -331,23 +331,13 @@ class CachedStore(WeightStore):
         self.last_staleness_s = staleness
         return np.array(stale_ids, dtype=np.int64)
 
-    def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
+    def apply(self, updates: Sequence[Update]) -> bool:
         self.drop_read_ahead()
         self._forget(updates)
-        return self.inner.apply(updates, event_id)
-
-    def apply_many(self, batch: Sequence[tuple[Sequence[Update], str | None]]) -> list[bool]:
-        self.drop_read_ahead()
-        for updates, _ in batch:
-            self._forget(updates)
-        return self.inner.apply_many(batch)
+        return self.inner.apply(updates)
 
     def read_for_update(self, feature_ids: np.ndarray) -> RowSnapshot:
-        """Exact mode: the rows from the cache (brought up to date first) with their write counters as tokens.
-
-        A part whose rows were read at different counters (a write came between two reads) gets the
-        oldest: ``apply_rows`` then refuses to write it, as it would refuse a snapshot read before that write.
-        """
+        """Exact mode: the rows from the cache, brought up to date first (a batch reads only its new rows)."""
         counted = self._part_writes() if self.max_staleness_ms == 0 else None
         if counted is None or not len(feature_ids):
             return self.inner.read_for_update(feature_ids)
@@ -355,56 +345,67 @@ class CachedStore(WeightStore):
         rows = self._rows.rows_of(feature_ids)
         parts, writes = self._row_parts[rows], self._row_writes[rows]
         oldest = {p: int(writes[parts == p].min()) for p in np.unique(parts).tolist()}
-        snapshot = self.inner.snapshot_from(feature_ids, self._rows.read(feature_ids), self._row_stored[rows], oldest)
-        self._served = snapshot
-        return snapshot
+        return self.inner.snapshot_from(feature_ids, self._rows.read(feature_ids), self._row_stored[rows], oldest)
 
-    def apply_rows(
-        self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray], events: Sequence[LearnedEvent]
-    ) -> list[bool] | None:
+    @property
+    def n_parts(self) -> int:
+        return self.inner.n_parts
+
+    def watermarks(self, sources: Sequence[str]) -> dict[str, np.ndarray]:
+        return self.inner.watermarks(sources)
+
+    def seen_events(self, source: str) -> np.ndarray:
+        return self.inner.seen_events(source)
+
+    def apply_delta(
+        self,
+        delta: RowDelta,
+        sources: Sequence[SourceRange] = (),
+        seen: Mapping[str, np.ndarray] | None = None,
+        parts: Sequence[int] | None = None,
+    ) -> dict[int, int]:
         self.drop_read_ahead()
-        for fid in snapshot.feature_ids.tolist():
+        for fid in delta.feature_ids.tolist():
             self._fetched.pop(fid, None)
-        applied = self.inner.apply_rows(snapshot, learned, events)
-        if applied is not None and self.max_staleness_ms == 0 and snapshot.writes is not None:
-            self._written(snapshot, learned)
-        self._served = None  # a batch's rows (tens of MB): not kept past its write
-        return applied
+        writes = self.inner.apply_delta(delta, sources, seen, parts)
+        if self.max_staleness_ms == 0:
+            self._written(delta, writes)
+        return writes
 
-    def _written(self, snapshot: RowSnapshot, learned: Mapping[str, np.ndarray]) -> None:
-        """After ``apply_rows`` wrote ``snapshot``'s rows: the learned rows into the cache, counters advanced.
+    def _written(self, delta: RowDelta, writes: Mapping[int, int]) -> None:
+        """After a delta of ours landed: keep exact what it proves exact.
 
-        Each part with a changed row had its counter at ``snapshot.writes[part]`` and was bumped by one
-        by this very write (the compare-and-set), so its cached rows exact at that counter are exact at
-        the next; rows of parts not written keep their counters.
+        A shard's write counter moves by one per write, so a shard the delta wrote whose counter is
+        now one past a cached row's was written by nobody else: that row is exact again, and if the
+        delta changed it, its new value is the one Redis computed (the same float64 multiply or add,
+        clipped and rounded to float32). A worker learning alone thus never reads its rows again.
         """
-        ids, writes = snapshot.feature_ids, snapshot.writes
-        if writes is None or not len(ids) or self._width(learned) != len(self._rows.categories()):
-            return  # the counters tell the rows apart next time: nothing cached is trusted wrongly
-        uncached = self._rows.rows_of(ids) == 0
-        if self._rows.n_features() + int(uncached.sum()) > self.max_rows():
+        ids = delta.feature_ids
+        if not len(ids) or not writes or self._width(delta.values) != len(self._rows.categories()):
             return
-        stored32: dict[str, np.ndarray] = {}
-        changed = np.zeros(len(ids), dtype=bool)
-        for name, values in learned.items():
-            stored32[name] = values.astype(np.float32)  # as the store keeps them
-            changed |= (stored32[name] != snapshot.values[name]).any(axis=1)
-        # A snapshot served from the cache: its unchanged rows are cached with these very values, so
-        # only the others are loaded (most rows of a batch whose events were mostly right; none when
-        # every event was a mistake). Any other snapshot's rows are all loaded.
-        load = changed | uncached if snapshot is self._served else np.ones(len(ids), dtype=bool)
-        rounded = {name: values[load].astype(np.float64) for name, values in stored32.items()}
+        moved = np.zeros(len(ids), dtype=bool)
+        for name, values in delta.values.items():
+            moved |= (values != identity_of(self.tables[name])).any(axis=1)
         parts = self.inner.part_of(ids)
-        before = _per_row(writes, parts)
-        written = np.zeros(int(parts.max()) + 1, dtype=bool)
-        written[parts[changed]] = True
-        for part in np.flatnonzero(written).tolist():
-            advance = (self._row_parts == part) & (self._row_writes == writes[part])
-            self._row_writes[advance] += 1
-        self._load(ids[load], rounded)
+        after = _per_row(writes, parts)
         rows = self._rows.rows_of(ids)
-        was_stored = snapshot.stored if snapshot.stored is not None else np.zeros(len(ids), dtype=bool)
-        self._record_rows(rows, parts, np.where(written[parts], before + 1, before), was_stored | changed)
+        exact = (rows > 0) & (self._row_writes[rows] == after - 1) & moved
+        new: dict[str, np.ndarray] = {}
+        cached = self._rows.read(ids[exact])
+        for name, values in cached.items():
+            spec = self.tables[name]
+            factor = delta.values[name][exact]
+            changed = values * factor if spec.combine == "multiply" else values + factor
+            new[name] = np.clip(changed, spec.bounds.low, spec.bounds.high).astype(np.float32).astype(np.float64)
+        for part in np.unique(parts[moved]).tolist():
+            count = writes.get(part)
+            if count is not None:
+                advance = (self._row_parts == part) & (self._row_writes == count - 1)
+                self._row_writes[advance] = count
+        self._row_writes[rows[moved & ~exact & (rows > 0)]] = -1  # changed by us from a value not known exact
+        if exact.any():
+            self._load(ids[exact], new)
+            self._record_rows(self._rows.rows_of(ids[exact]), parts[exact], after[exact], True)
 
     def _forget(self, updates: Sequence[Update]) -> None:
         for update in updates:
@@ -424,9 +425,6 @@ class CachedStore(WeightStore):
 
     def ensure_categories(self, names: Sequence[str]) -> np.ndarray:
         return self.inner.ensure_categories(names)
-
-    def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
-        return self.inner.applied_events(event_ids)
 
     def counters(self, name: str) -> dict[str, float]:
         return self.inner.counters(name)

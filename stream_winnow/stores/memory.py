@@ -16,7 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 import numpy as np
 
 from stream_winnow.hash_table import HashTable
-from stream_winnow.stores.base import CounterUpdate, TableSpec, Update, WeightStore
+from stream_winnow.stores.base import MODEL_PART, CounterUpdate, StaleWatermark, TableSpec, Update, WeightStore
+from stream_winnow.stores.delta import RowDelta, SourceRange
 
 # Initial capacities; both double on demand.
 _INITIAL_ROWS = 4096
@@ -45,7 +46,9 @@ class MemoryStore(WeightStore):
         self._offsets: dict[str, int] = {}
         self._array = np.zeros((0, 0))
         self._layout(max(rows, 1), max(categories, 1))
-        self._applied_events: set[str] = set()
+        self._watermarks: dict[str, int] = {}
+        self._seen: dict[str, list[int]] = {}
+        self.seen_window = 100_000
         self._version = 0
         self._metadata: dict[str, str] = {}
         self._counters: dict[str, dict[str, float]] = {}
@@ -166,11 +169,7 @@ class MemoryStore(WeightStore):
                 self._layout(max(len(self._row_ids), 2 * self._array.shape[0]), self._capacity_categories)
         return rows
 
-    def apply(self, updates: Sequence[Update], event_id: str | None = None) -> bool:
-        if event_id is not None:
-            if event_id in self._applied_events:
-                return False
-            self._applied_events.add(event_id)
+    def apply(self, updates: Sequence[Update]) -> bool:
         rows_for: tuple[np.ndarray, np.ndarray] | None = None
         for update in updates:
             if isinstance(update, CounterUpdate):
@@ -189,12 +188,48 @@ class MemoryStore(WeightStore):
                 block += update.add
             np.clip(block, spec.bounds.low, spec.bounds.high, out=block)
             self._array[index] = block
-        if updates:  # an empty apply only records its event id
+        if updates:
             self._version += 1
-        return True
+        return bool(updates)
 
-    def applied_events(self, event_ids: Sequence[str]) -> list[bool]:
-        return [e in self._applied_events for e in event_ids]
+    # -- exactly-once by offsets: one part, so a write is all or nothing --------------------------------
+    def watermarks(self, sources: Sequence[str]) -> dict[str, np.ndarray]:
+        return {s: np.full(2, self._watermarks.get(s, -1), dtype=np.int64) for s in sources}
+
+    def seen_events(self, source: str) -> np.ndarray:
+        return np.array(self._seen.get(source, []), dtype=np.uint64)
+
+    def apply_delta(
+        self,
+        delta: RowDelta,
+        sources: Sequence[SourceRange] = (),
+        seen: Mapping[str, np.ndarray] | None = None,
+        parts: Sequence[int] | None = None,
+    ) -> dict[int, int]:
+        for mark in sources:
+            found = self._watermarks.get(mark.source, -1)
+            if found != mark.expected[MODEL_PART]:
+                raise StaleWatermark(mark.source, MODEL_PART, found, mark.expected[MODEL_PART])
+        if len(delta):
+            rows = self._allocate(delta.feature_ids)
+            for name, values in delta.values.items():
+                spec = self.tables[name]
+                start = self._offsets[name]
+                block = self._array[rows, start : start + values.shape[1]]
+                block = block * values if spec.combine == "multiply" else block + values
+                self._array[rows, start : start + values.shape[1]] = np.clip(block, spec.bounds.low, spec.bounds.high)
+        for name, amounts in delta.counters.items():
+            counter = self._counters.setdefault(name, {})
+            for key, amount in amounts.items():
+                counter[key] = counter.get(key, 0.0) + amount
+        self._version += delta.changed_events
+        for mark in sources:
+            self._watermarks[mark.source] = mark.last
+        for source, hashes in (seen or {}).items():
+            kept = self._seen.setdefault(source, [])
+            kept.extend(hashes.tolist())
+            del kept[: max(len(kept) - self.seen_window, 0)]
+        return {0: self._version}
 
     def load_rows(self, feature_ids: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
         """Set the rows of ``feature_ids`` to ``values`` (per table, as ``read`` returns them)."""

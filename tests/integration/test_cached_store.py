@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pytest
 
-from stream_winnow.stores.base import CounterUpdate, LearnedEvent, RowSnapshot, RowUpdate, TableSpec
+from stream_winnow.stores.base import RowSnapshot, RowUpdate, TableSpec
 from stream_winnow.stores.cached import CachedStore
+from stream_winnow.stores.delta import RowDelta
 from stream_winnow.stores.redis import RedisStore
 
 pytestmark = pytest.mark.integration
@@ -155,15 +156,11 @@ def _racing(store: RedisStore, meanwhile: Callable[[], object]) -> Callable[[], 
     return original
 
 
-def _learned(values: Mapping[str, np.ndarray], factor: float) -> dict[str, np.ndarray]:
-    """A learner's rows after promoting category 0 on the first 10 features."""
-    learned = {name: v.copy() for name, v in values.items()}
-    learned["positive"][:10, 0] *= factor
-    return learned
-
-
-def _events(event_id: str) -> list[LearnedEvent]:
-    return [LearnedEvent(event_id, (CounterUpdate("updates", {"*": 1.0, "earn": 1.0}),), True)]
+def _learned(snapshot: RowSnapshot, factor: float) -> RowDelta:
+    """A learned batch's delta: category 0 promoted by ``factor`` on the first 10 features."""
+    values = {name: np.ones_like(v) for name, v in snapshot.values.items()}
+    values["positive"][:10, 0] = factor
+    return RowDelta(snapshot.feature_ids, values, {"updates": {"*": 1.0, "earn": 1.0}}, 1)
 
 
 def _write_row_behind_the_version(store: RedisStore, feature_id: int, value: float) -> None:
@@ -185,9 +182,9 @@ def test_a_workers_own_learned_batch_keeps_its_cache_warm_and_exact(any_redis_ur
     cached = CachedStore(mine, max_staleness_ms=0)
     elsewhere = IDS + 1_000  # cached rows of the same shards that the batches do not touch
     cached.read(elsewhere)
-    for round_, factor in enumerate((1.5, 0.5, 3.0)):
+    for factor in (1.5, 0.5, 3.0):
         snapshot = cached.read_for_update(IDS)
-        assert cached.apply_rows(snapshot, _learned(snapshot.values, factor), _events(f"e{round_}")) == [True]
+        assert cached.apply_delta(_learned(snapshot, factor))
     cached.read(elsewhere)
     assert counted.rows == 2 * len(IDS)  # each read once; every later batch came from the cache
     want = RedisStore.from_url(any_redis_url, mine.model, TABLES, mine.shards).read(IDS)
@@ -203,7 +200,7 @@ def test_a_write_to_one_shard_rereads_only_that_shards_rows(redis_url: str) -> N
     counted = _CountingReads(mine)
     cached = CachedStore(mine, max_staleness_ms=0)
     cached.read(IDS)
-    theirs.apply([RowUpdate("positive", IDS[:1], np.array([1]), np.array([2.0]))], event_id="one-row")
+    theirs.apply([RowUpdate("positive", IDS[:1], np.array([1]), np.array([2.0]))])
     got = cached.read(IDS)
     assert counted.rows == len(IDS) + int((IDS % mine.shards == IDS[0] % mine.shards).sum())
     np.testing.assert_array_equal(got["positive"], theirs.read(IDS)["positive"])
@@ -220,31 +217,32 @@ def test_a_row_written_before_the_version_moved_is_never_served_stale(any_redis_
     assert cached.read(IDS)["positive"][3, 0] == 7.0
     snapshot = cached.read_for_update(IDS)
     assert snapshot.values["positive"][3, 0] == 7.0
-    assert cached.apply_rows(snapshot, _learned(snapshot.values, 2.0), _events("e1")) == [True]
+    cached.apply_delta(_learned(snapshot, 2.0))
     assert theirs.read(IDS)["positive"][3, 0] == 14.0  # their write learned on, not lost
+    assert cached.read(IDS)["positive"][3, 0] == 14.0
 
 
-def test_a_cached_snapshot_is_refused_after_another_write_to_its_shards(redis_url: str) -> None:
+def test_another_write_to_the_shards_of_a_cached_snapshot_lands_beside_ours(redis_url: str) -> None:
+    """Deltas commute: theirs (x5) and ours (x2) both land, and the cache rereads what it cannot prove exact."""
     mine, theirs = pair(redis_url)
     cached = CachedStore(mine, max_staleness_ms=0)
     snapshot = cached.read_for_update(IDS)
-    theirs.apply([RowUpdate("positive", IDS[:1], np.array([0]), np.array([5.0]))], event_id="theirs")
-    assert cached.apply_rows(snapshot, _learned(snapshot.values, 2.0), _events("e1")) is None
-    assert theirs.read(IDS)["positive"][0, 0] == 10.0
+    theirs.apply([RowUpdate("positive", IDS[:1], np.array([0]), np.array([5.0]))])
+    cached.apply_delta(_learned(snapshot, 2.0))
+    assert theirs.read(IDS)["positive"][0, 0] == 20.0
     np.testing.assert_array_equal(cached.read(IDS)["positive"], theirs.read(IDS)["positive"])
 
 
-def test_rows_read_at_two_counters_of_one_shard_are_refused(redis_url: str) -> None:
-    """A write between the counters and the rows: cached rows are older than the fetched ones, and the
-    shard's token is the older counter, so the write is refused instead of overwriting theirs."""
+def test_rows_read_at_two_counters_of_one_shard_are_not_trusted_after_our_write(redis_url: str) -> None:
+    """A write between the counters and the rows: our delta lands on it, and the cache serves Redis's value."""
     mine, theirs = pair(redis_url)
     cached = CachedStore(mine, max_staleness_ms=0)
     cached.read(IDS[:10])
     original = _racing(mine, lambda: _write_row_behind_the_version(theirs, int(IDS[0]), 9.0))
     snapshot = cached.read_for_update(IDS)
     mine.part_writes = original  # type: ignore[method-assign]
-    assert cached.apply_rows(snapshot, _learned(snapshot.values, 2.0), _events("e1")) is None
-    assert theirs.read(IDS)["positive"][0, 0] == 9.0
+    cached.apply_delta(_learned(snapshot, 2.0))
+    assert theirs.read(IDS)["positive"][0, 0] == 18.0
     np.testing.assert_array_equal(cached.read(IDS)["positive"], theirs.read(IDS)["positive"])
 
 

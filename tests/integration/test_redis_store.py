@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stream_winnow import resp
 from stream_winnow.errors import ConfigError, StoreError
 from stream_winnow.learners.balanced_winnow import BalancedWinnow
 from stream_winnow.stores import Bounds, CounterUpdate, MemoryStore, RowUpdate, TableSpec, Update
-from stream_winnow.stores.base import LearnedEvent
+from stream_winnow.stores.base import MODEL_PART, StaleWatermark
+from stream_winnow.stores.delta import RowDelta, SourceRange, fold_updates
 from stream_winnow.stores.redis import RedisStore
 from workers.embedded import start_redis
 
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 # A global table between two per-category ones, and bounds that clip: the layout's awkward cases.
 TABLES = [
     TableSpec("positive", 2.0),
-    TableSpec("keep", 1.0, per_category=False, bounds=Bounds(0.0, 1.0)),
+    TableSpec("keep", 1.0, per_category=False, bounds=Bounds(0.0, 1.0), combine="add"),
     TableSpec("negative", 1.0, bounds=Bounds(0.25, 8.0)),
 ]
 # float32 storage: one rounding per update (6e-8 relative), a little cancellation from additive updates.
@@ -115,7 +115,7 @@ def test_short_rows_read_and_grow_with_initial_values(make_store: StoreFactory) 
         target.ensure_categories(["b", "c"])
     assert_same_rows(store, memory, ids)
     for target in (store, memory):
-        target.apply([RowUpdate("negative", ids[:1], np.array([2]), add=np.array([[0.5]]))])
+        target.apply([RowUpdate("negative", ids[:1], np.array([2]), np.array([3.0]))])
     assert_same_rows(store, memory, ids)
 
 
@@ -126,7 +126,6 @@ def test_short_rows_read_and_grow_with_initial_values(make_store: StoreFactory) 
 def update_steps(draw: st.DrawFn) -> list[tuple[str, Any]]:
     steps: list[tuple[str, Any]] = [("categories", draw(st.integers(1, 3)))]
     n_categories = steps[0][1]
-    events: list[str] = []
     for _ in range(draw(st.integers(1, 10))):
         kind = draw(st.sampled_from(["categories", "apply", "apply", "apply"]))
         if kind == "categories":
@@ -135,17 +134,19 @@ def update_steps(draw: st.DrawFn) -> list[tuple[str, Any]]:
             steps.append(("categories", n_new))
             continue
         updates: list[Update] = []
-        for _ in range(draw(st.integers(1, 3))):
-            table = draw(st.sampled_from(TABLES))
+        # One update a table per apply: a store clips once per apply (a delta), not once per update.
+        for table in draw(st.lists(st.sampled_from(TABLES), min_size=1, max_size=3, unique_by=lambda t: t.name)):
             ids = draw(st.lists(st.integers(0, 40), min_size=1, max_size=6))
             if table.per_category:
                 columns = draw(st.lists(st.integers(0, n_categories - 1), min_size=1, max_size=n_categories))
             else:
                 columns = [0]
             factors = st.floats(0.25, 4.0, allow_nan=False)
-            multiply = draw(st.none() | st.lists(factors, min_size=len(columns), max_size=len(columns)))
             amounts = st.lists(st.floats(-3.0, 3.0, allow_nan=False), min_size=len(columns), max_size=len(columns))
-            add = draw(st.none() | st.lists(amounts, min_size=len(ids), max_size=len(ids)))
+            if table.combine == "multiply":
+                multiply, add = draw(st.lists(factors, min_size=len(columns), max_size=len(columns))), None
+            else:
+                multiply, add = None, draw(st.lists(amounts, min_size=len(ids), max_size=len(ids)))
             updates.append(
                 RowUpdate(
                     table.name,
@@ -157,12 +158,7 @@ def update_steps(draw: st.DrawFn) -> list[tuple[str, Any]]:
             )
         if draw(st.booleans()):
             updates.append(CounterUpdate("updates", {"*": 1.0, "c0": draw(st.floats(-2.0, 2.0))}))
-        if events and draw(st.booleans()):
-            event = draw(st.sampled_from(events))  # a redelivery: both stores must skip it
-        else:
-            event = f"e{len(events)}"
-            events.append(event)
-        steps.append(("apply", (updates, draw(st.none() | st.just(event)))))
+        steps.append(("apply", updates))
     return steps
 
 
@@ -176,12 +172,11 @@ def _check_against_memory(store: RedisStore, steps: list[tuple[str, Any]]) -> No
                 n_categories += arg
                 np.testing.assert_array_equal(store.ensure_categories(names), memory.ensure_categories(names))
             else:
-                updates, event = arg
-                assert store.apply(updates, event) == memory.apply(updates, event)
+                assert store.apply(arg) == memory.apply(arg)
         assert store.categories() == memory.categories()
         assert_same_rows(store, memory, np.arange(-1, 42, dtype=np.int64))
         assert store.version == memory.version
-        assert store.n_features() == memory.n_features()
+        assert store.n_features() <= memory.n_features()  # an update that changes nothing stores no row in Redis
         got, expected = store.counters("updates"), memory.counters("updates")
         assert got.keys() == expected.keys()
         for key in expected:
@@ -202,7 +197,7 @@ def test_updates_equal_memory_store_cluster(make_cluster_store: StoreFactory, st
     _check_against_memory(make_cluster_store(shards=8), steps)
 
 
-# -- exactly once -----------------------------------------------------------------------------------
+# -- exactly once by offsets -------------------------------------------------------------------------
 
 
 def _winnow_updates(ids: np.ndarray) -> list[Update]:
@@ -214,48 +209,88 @@ def _winnow_updates(ids: np.ndarray) -> list[Update]:
     ]
 
 
-def test_same_event_twice_applies_once(make_store: StoreFactory) -> None:
+def _delta(store: RedisStore | MemoryStore, ids: np.ndarray, events: int = 2) -> RowDelta:
+    return fold_updates([_winnow_updates(ids)] * events, TABLES, len(store.categories()))
+
+
+def _from(store: RedisStore | MemoryStore, last: int, expected: int = -1, source: str = "labels:0") -> SourceRange:
+    return SourceRange(source, (expected,) * (store.n_parts + 1), last)
+
+
+def test_a_batch_moves_every_parts_watermark_and_its_redelivery_is_refused(make_store: StoreFactory) -> None:
     store, memory = make_store(), MemoryStore(TABLES)
     ids = np.arange(0, 200, 7, dtype=np.int64)
     for target in (store, memory):
         target.ensure_categories(["a", "b", "c"])
-        target.apply(_winnow_updates(ids))
-    assert store.apply(_winnow_updates(ids), event_id="event-1") is True
-    assert store.apply(_winnow_updates(ids), event_id="event-1") is False
-    memory.apply(_winnow_updates(ids), event_id="event-1")
+        target.apply_delta(_delta(target, ids), [_from(target, 99)])
+    assert store.watermarks(["labels:0"])["labels:0"].tolist() == [99] * (store.shards + 1)
+    with pytest.raises(StaleWatermark) as refused:  # a worker that did not see offset 99 applied
+        store.apply_delta(_delta(store, ids), [_from(store, 120)])
+    assert refused.value.found == 99 and refused.value.expected == -1
     assert_same_rows(store, memory, ids)
     assert store.version == memory.version == 2
     assert store.counters("updates") == {"*": 2.0, "a": 2.0, "c": 2.0}
+    store.apply_delta(_delta(store, ids, 1), [_from(store, 120, expected=99)])  # the next batch
+    assert store.version == 3
 
 
-def test_redelivery_after_partial_apply_completes_exactly_once(make_store: StoreFactory) -> None:
+def test_a_write_cut_short_between_parts_is_completed_by_the_parts_behind(make_store: StoreFactory) -> None:
+    """A Cluster writes part by part: a crash after five shards leaves them ahead, and only the rest is written."""
     store, memory = make_store(), MemoryStore(TABLES)
     ids = np.arange(0, 64, dtype=np.int64)  # every one of the 16 shards
     for target in (store, memory):
         target.ensure_categories(["a", "b", "c"])
-    updates = _winnow_updates(ids)
-    shard_calls, _ = store._plan(updates, "crashy")
-    assert len(shard_calls) == 16
-    store._run_scripts(store._apply_shard, shard_calls[:5])  # the worker dies here
-    assert store.version == 0 and store.counters("updates") == {}
-    assert store.apply(updates, "crashy") is True  # redelivered
-    assert store.apply(updates, "crashy") is False
-    memory.apply(updates, "crashy")
+    memory.apply_delta(_delta(memory, ids), [_from(memory, 10)])
+    store.apply_delta(_delta(store, ids), [_from(store, 10)], parts=range(5))  # the worker dies here
+    marks = store.watermarks(["labels:0"])["labels:0"]
+    assert marks.tolist() == [10] * 5 + [-1] * 12
+    assert store.version == 0
+    behind = [p for p in range(store.shards) if marks[p] < 10] + [MODEL_PART]
+    store.apply_delta(_delta(store, ids), [SourceRange("labels:0", tuple(marks.tolist()), 10)], parts=behind)
     assert_same_rows(store, memory, ids)
-    assert store.version == 1 and store.n_features() == 64
+    assert store.version == memory.version == 2 and store.n_features() == 64
+    assert store.watermarks(["labels:0"])["labels:0"].tolist() == [10] * 17
+
+
+def test_seen_events_are_a_ring_of_fixed_size(make_store: StoreFactory) -> None:
+    store = make_store(seen_window=5)
+    store.ensure_categories(["a"])
+    empty = RowDelta(np.zeros(0, dtype=np.int64), {t.name: np.zeros((0, 1)) for t in TABLES})
+    store.apply_delta(empty, [_from(store, 3)], {"labels:0": np.arange(1, 4, dtype=np.uint64)})
+    assert sorted(store.seen_events("labels:0").tolist()) == [1, 2, 3]
+    store.apply_delta(empty, [_from(store, 7, expected=3)], {"labels:0": np.arange(4, 9, dtype=np.uint64)})
+    assert sorted(store.seen_events("labels:0").tolist()) == [4, 5, 6, 7, 8]
+    ring = store.client.get(store._seen_key("labels:0"))
+    assert len(ring) == 5 * 8  # the window, however many events went by
+    assert store.seen_events("labels:1").tolist() == []
+
+
+def test_bookkeeping_memory_does_not_grow_with_the_events(make_store: StoreFactory) -> None:
+    """Watermarks and the seen ring: fixed keys per partition, about 8 bytes an event until the ring is full."""
+    store = make_store(seen_window=1_000)
+    store.ensure_categories(["a", "b", "c"])
+    ids = np.arange(0, 64, dtype=np.int64)
+    sizes = []
+    for batch in range(6):
+        hashes = np.arange(batch * 500, (batch + 1) * 500, dtype=np.uint64)
+        store.apply_delta(_delta(store, ids, 1), [_from(store, (batch + 1) * 500, batch * 500 or -1)], {"labels:0": hashes})
+        keys = [k for k in store.model_keys() if b":f:" not in k]
+        sizes.append(sum(int(store.client.memory_usage(k) or 0) for k in keys))
+    assert sizes[2] == sizes[-1]  # ring full after 1,000 events: nothing grows from then on
+    assert sizes[-1] / 3_000 <= 64  # bytes of bookkeeping per applied event
 
 
 def _worker(url: str, model: str, worker: int, n_updates: int) -> None:
     store = RedisStore.from_url(url, model, TABLES)
     store.ensure_categories(["a", "b"])
     ids = np.arange(0, 24, dtype=np.int64)  # the same features (all shards) in every worker
-    for i in range(n_updates):
+    for _ in range(n_updates):
         updates: list[Update] = [
             RowUpdate("positive", ids, np.array([0, 1]), np.array([1.001, 0.999])),
-            RowUpdate("negative", ids, np.array([1]), add=np.ones((len(ids), 1))),
+            RowUpdate("negative", ids, np.array([1]), np.array([1.01])),
             CounterUpdate("updates", {"*": 1.0}),
         ]
-        store.apply(updates, event_id=f"w{worker}-{i}")
+        store.apply(updates)
     store.close()
 
 
@@ -275,7 +310,7 @@ def test_concurrent_workers_lose_no_update(make_store: StoreFactory, backend_url
     # One lost multiplication would be off by 1e-3; float32 rounding over 800 steps stays below 1e-4.
     np.testing.assert_allclose(values["positive"][:, 0], 2.0 * 1.001**total, rtol=1e-4)
     np.testing.assert_allclose(values["positive"][:, 1], 2.0 * 0.999**total, rtol=1e-4)
-    np.testing.assert_array_equal(values["negative"][:, 1], min(1.0 + total, 8.0))  # clipped at 8
+    np.testing.assert_array_equal(values["negative"][:, 1], 8.0)  # 1.01^800 clipped at 8
     assert store.version == total
     assert store.counters("updates") == {"*": float(total)}
 
@@ -312,9 +347,9 @@ def test_models_in_one_redis_are_independent(make_store: StoreFactory) -> None:
     ids = np.arange(10, dtype=np.int64)
     one.ensure_categories(["x", "y", "z"])
     two.ensure_categories(["y"])
-    one.apply(_winnow_updates(ids)[:2] + [CounterUpdate("updates", {"*": 1.0})], event_id="same-id")
+    one.apply(_winnow_updates(ids)[:2] + [CounterUpdate("updates", {"*": 1.0})])
     one.set_metadata({"alpha": "1.5"})
-    assert two.apply([RowUpdate("positive", ids, np.array([0]), np.array([2.0]))], event_id="same-id")
+    assert two.apply([RowUpdate("positive", ids, np.array([0]), np.array([2.0]))])
     assert two.categories() == ("y",)
     assert two.read(ids)["positive"].tolist() == [[4.0]] * 10
     assert two.counters("updates") == {} and two.metadata() == {} and two.version == 1
@@ -353,13 +388,13 @@ def test_delete_iter_rows_and_counts(make_store: StoreFactory) -> None:
 def test_cluster_keeps_a_shard_on_one_node_and_spreads_shards(make_cluster_store: StoreFactory) -> None:
     store = make_cluster_store()
     store.ensure_categories(["a", "b", "c"])
-    store.apply(_winnow_updates(np.arange(0, 160, dtype=np.int64)), event_id="spread")
+    store.apply(_winnow_updates(np.arange(0, 160, dtype=np.int64)))
     client = store.client
     nodes_of_shards = set()
     for shard in range(store.shards):
         prefix = f"sw:{{{store.model}:{shard}}}:".encode()
         keys = [key for key in store.model_keys() if key.startswith(prefix)]
-        assert len(keys) == 10 + 3  # 10 rows, the row count, the write counter, the event marker
+        assert len(keys) == 10 + 2  # 10 rows, the row count, the write counter
         assert len({client.keyslot(key) for key in keys}) == 1
         node = client.get_node_from_key(keys[0])
         assert client.get_redis_connection(node).exists(*keys) == len(keys)  # really stored there
@@ -374,10 +409,10 @@ def test_script_flush_is_survived(make_store: StoreFactory) -> None:
     ids = np.arange(0, 40, dtype=np.int64)
     for target in (store, memory):
         target.ensure_categories(["a", "b", "c"])
-        target.apply(_winnow_updates(ids), "before")
+        target.apply(_winnow_updates(ids))
     store.client.script_flush()
     for target in (store, memory):
-        target.apply(_winnow_updates(ids), "after")
+        target.apply_delta(_delta(target, ids, 1), [_from(target, 5)])
     assert_same_rows(store, memory, ids)
     store.client.script_flush()
     assert store.ensure_categories(["d"]).tolist() == [3]
@@ -392,7 +427,7 @@ def test_a_stopped_redis_raises_a_retriable_store_error_quickly() -> None:
         store.apply(_winnow_updates(np.arange(4, dtype=np.int64))[-1:])
     for call in (
         lambda: store.read(np.arange(4, dtype=np.int64)),
-        lambda: store.apply([CounterUpdate("updates", {"*": 1.0})], "e"),
+        lambda: store.apply([CounterUpdate("updates", {"*": 1.0})]),
         lambda: store.version,
     ):
         started = time.monotonic()
@@ -453,9 +488,9 @@ def _synthetic_documents(n: int, seed: int) -> list[tuple[list[str], list[str]]]
 def test_balanced_winnow_on_redis_matches_memory(make_store: StoreFactory) -> None:
     on_memory = BalancedWinnow()
     on_redis = BalancedWinnow(store=make_store(tables=on_memory.table_specs()))
-    for i, (tokens, labels) in enumerate(_synthetic_documents(300, seed=11)):
-        expected = on_memory.learn_one(tokens, labels, event_id=f"doc-{i}")
-        got = on_redis.learn_one(tokens, labels, event_id=f"doc-{i}")
+    for tokens, labels in _synthetic_documents(300, seed=11):
+        expected = on_memory.learn_one(tokens, labels)
+        got = on_redis.learn_one(tokens, labels)
         assert (got.promoted, got.demoted) == (expected.promoted, expected.demoted)
     assert on_redis.store.version == on_memory.store.version > 10
     mistakes = 0
@@ -465,353 +500,3 @@ def test_balanced_winnow_on_redis_matches_memory(make_store: StoreFactory) -> No
         np.testing.assert_allclose(got_prediction.margins, expected_prediction.margins, rtol=1e-5, atol=1e-6)
         mistakes += set(got_prediction.categories) != set(labels)
     assert mistakes < 30  # it did learn something
-
-
-@pytest.mark.parametrize("kind", ["single", "cluster"])
-def test_apply_many_equals_applying_one_by_one(kind: str, redis_url: str, redis_cluster_url: str) -> None:
-    """A worker's batch in one script per shard: same rows, counters and version as event by event.
-
-    Rows agree to float32 rounding: one by one, a row is rounded to float32 after every event; in a
-    batch, once at the end (closer to the float64 reference).
-    """
-    import uuid as _uuid
-
-    from stream_winnow.stores.base import CounterUpdate, RowUpdate, TableSpec
-    from stream_winnow.stores.redis import RedisStore
-
-    url = redis_url if kind == "single" else redis_cluster_url
-    tables = [TableSpec("positive", 2.0), TableSpec("negative", 1.0), TableSpec("keep", 1.0, per_category=False)]
-    many = RedisStore.from_url(url, f"many-{_uuid.uuid4().hex[:8]}", tables, shards=8)
-    single = RedisStore.from_url(url, f"one-{_uuid.uuid4().hex[:8]}", tables, shards=8)
-    rng = np.random.default_rng(3)
-    for store in (many, single):
-        store.ensure_categories(["a", "b", "c"])
-    batch = []
-    for e in range(40):
-        ids = rng.choice(np.arange(500, 560), size=12, replace=False).astype(np.int64)
-        columns = rng.choice(3, size=2, replace=False)
-        factors = rng.choice([0.7, 1.3], size=2)
-        updates = [
-            RowUpdate("positive", ids, columns, factors),
-            RowUpdate("negative", ids, columns, 2.0 - factors),
-            CounterUpdate("updates", {"*": 1.0}),
-        ]
-        batch.append((updates, f"e{e}"))
-    batch.append((batch[5][0], "e5"))  # a duplicate inside the batch
-    batch.append(([], "nothing"))  # an event that changed nothing: only marked
-    results = many.apply_many(batch)
-    expected = [single.apply(updates, event) for updates, event in batch]
-    assert results == expected
-    assert results[-2] is False and many.version == single.version == 40
-    assert many.applied_events(["e0", "nothing", "never"]) == [True, True, False]
-    ids = np.arange(500, 560, dtype=np.int64)
-    got, want = many.read(ids), single.read(ids)
-    for table in want:
-        np.testing.assert_allclose(got[table], want[table], rtol=1e-6)
-    assert many.counters("updates") == single.counters("updates")
-    assert many.apply_many(batch) == [False] * len(batch)  # all redelivered: nothing changes
-    np.testing.assert_array_equal(many.read(ids)["positive"], got["positive"])
-
-
-# -- apply_rows: learned rows written whole, compare-and-set per shard ------------------------------
-IDS = np.arange(70_000, 70_040, dtype=np.int64)  # 40 features over the 16 shards
-
-
-def _learned(store: RedisStore, snapshot_values: dict[str, np.ndarray], factor: float) -> dict[str, np.ndarray]:
-    """What a learner would hold after promoting category 0 on the first half of the features."""
-    learned = {name: values.copy() for name, values in snapshot_values.items()}
-    learned["positive"][:20, 0] *= factor
-    learned["negative"][:20, 0] /= factor
-    return learned
-
-
-def _events(*ids: str) -> list[LearnedEvent]:
-    return [LearnedEvent(e, (CounterUpdate("updates", {"*": 1.0, "a": 1.0}),), True) for e in ids]
-
-
-def _by_scripts(store: RedisStore, snapshot: Any, learned: dict[str, np.ndarray], events: list[LearnedEvent]) -> Any:
-    """``apply_rows`` the shard scripts' way on either backend: its events attempted once before (a
-    redelivery), as a single node writes a fresh batch in one transaction, markers and all, which no
-    crash can cut between its shards and its model-level markers."""
-    store._attempted([e.event_id for e in events if e.changed_rows])
-    return store.apply_rows(snapshot, learned, events)
-
-
-def test_written_rows_equal_applying_the_same_change_as_updates(make_store: StoreFactory) -> None:
-    store = make_store()
-    store.ensure_categories(["a", "b"])
-    snapshot = store.read_for_update(IDS)
-    learned = _learned(store, snapshot.values, 1.5)
-    assert store.apply_rows(snapshot, learned, [*_events("e1"), LearnedEvent("e2", (), False)]) == [True, True]
-
-    reference = make_store()
-    reference.ensure_categories(["a", "b"])
-    reference.apply(
-        [RowUpdate("positive", IDS[:20], np.array([0]), np.array([1.5])),
-         RowUpdate("negative", IDS[:20], np.array([0]), np.array([1 / 1.5]))],
-        event_id="e1",
-    )  # fmt: skip
-    for name in ("positive", "negative", "keep"):
-        np.testing.assert_array_equal(store.read(IDS)[name], reference.read(IDS)[name])
-    assert store.version == 1  # e2 changed nothing: marked, not versioned
-    assert store.counters("updates") == {"*": 1.0, "a": 1.0}
-    assert store.n_features() == 20  # only the rows that changed were stored
-    assert store.applied_events(["e1", "e2", "e3"]) == [True, True, False]
-
-
-def test_a_row_changed_since_the_snapshot_writes_nothing(make_store: StoreFactory) -> None:
-    store = make_store()
-    store.ensure_categories(["a", "b"])
-    snapshot = store.read_for_update(IDS)
-    store.apply([RowUpdate("positive", IDS[5:6], np.array([1]), np.array([2.0]))], event_id="other-worker")
-    before = store.read(IDS)
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) is None
-    after = store.read(IDS)
-    # Shards without the changed row may have been written; the changed row's shard was not.
-    np.testing.assert_array_equal(after["positive"][5], before["positive"][5])
-    assert store.applied_events(["e1"]) == [False]
-    assert store.version == 1
-
-
-def test_a_write_between_the_counter_check_and_exec_writes_no_shard(
-    make_single_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A single node writes a fresh batch's shards in one WATCHed transaction: another worker's write
-    after the counters were checked, before EXEC, leaves every shard as it was (the scripts' way, only
-    that shard)."""
-    store = make_single_store()
-    store.ensure_categories(["a", "b"])
-    rival = make_single_store(model=store.model)
-    snapshot = store.read_for_update(IDS)
-    transactions: list[list[Any] | None] = []
-    real = resp.watched_transaction
-
-    def with_a_rival(client: Any, watch: Any, read: Any, commands_for: Callable[[Any], Any]) -> list[Any] | None:
-        def rival_writes_first(reply: Any) -> Any:
-            commands = commands_for(reply)  # the counters are as read: the transaction is built
-            assert commands is not None
-            rival.apply([RowUpdate("positive", IDS[5:6], np.array([1]), np.array([2.0]))], event_id="rival")
-            return commands
-
-        transactions.append(real(client, watch, read, rival_writes_first))
-        return transactions[-1]
-
-    monkeypatch.setattr(resp, "watched_transaction", with_a_rival)
-    before = store.read(IDS)
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) is None
-    assert transactions == [None]  # EXEC refused
-    after = store.read(IDS)
-    before["positive"][5, 1] *= 2.0  # the rival's write, and nothing of ours
-    for name in ("positive", "negative", "keep"):
-        np.testing.assert_array_equal(after[name], before[name])
-    assert store.applied_events(["e1", "rival"]) == [False, True]
-    assert store.version == 1
-
-
-def test_a_single_node_writes_fresh_batches_in_a_transaction_and_redeliveries_by_script(
-    make_single_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Both row-write paths are exercised: the transaction for a fresh batch, the shard scripts (which
-    look the suspects up in the marker sets) for a batch holding an event attempted before."""
-    store = make_single_store()
-    store.ensure_categories(["a", "b"])
-    calls: list[int] = []
-    real = resp.watched_transaction
-
-    def counted(*args: Any) -> list[Any] | None:
-        calls.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(resp, "watched_transaction", counted)
-    snapshot = store.read_for_update(IDS)
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) == [True]
-    assert len(calls) == 1
-    again = store.read_for_update(IDS)
-    assert store.apply_rows(again, _learned(store, again.values, 1.5), _events("e1", "e2")) is None  # e1 is there
-    assert len(calls) == 1
-    fresh = store.read_for_update(IDS)
-    assert store.apply_rows(fresh, _learned(store, fresh.values, 1.5), _events("e3")) == [True]
-    assert len(calls) == 2
-    np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5 * 1.5, rtol=1e-6)
-
-
-def test_a_batch_written_at_once_is_marked_at_the_model_level_only_and_never_applied_twice(
-    make_single_store: StoreFactory,
-) -> None:
-    """The one-transaction write marks its events where a redelivery looks first (the model-level
-    markers), with the rows, counters and version: no shard marker set holds them (about 1 KB an event
-    over 16 shards, kept a week), and a redelivery, by either path, changes nothing."""
-    store = make_single_store()
-    store.ensure_categories(["a", "b"])
-    snapshot = store.read_for_update(IDS)
-    events = [*_events("e1", "e2"), LearnedEvent("e3", (), False)]
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), events) == [True, True, True]
-    assert not [key for key in store.model_keys() if b":evs:" in key]
-    assert store.applied_events(["e1", "e2", "e3", "e4"]) == [True, True, True, False]
-    assert store.version == 2  # e3 changed nothing: marked, not versioned
-    assert store.counters("updates") == {"*": 2.0, "a": 2.0}
-    written = store.read(IDS)
-    # Redelivered: the scripts' way (e1 is a suspect now) finds its marker, so does the event-by-event way.
-    again = store.read_for_update(IDS)
-    assert store.apply_rows(again, _learned(store, again.values, 1.5), _events("e1")) is None
-    assert store.apply_many([([RowUpdate("positive", IDS[:20], np.array([0]), np.array([1.5]))], "e1")]) == [False]
-    for name in ("positive", "negative", "keep"):
-        np.testing.assert_array_equal(store.read(IDS)[name], written[name])
-    assert store.version == 2 and store.counters("updates") == {"*": 2.0, "a": 2.0}
-
-
-def test_an_event_only_marked_by_another_worker_after_the_check_is_learned_once(
-    make_single_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Only the write counters are WATCHed, not the events' markers: another worker that marks one of
-    the batch's events without changing rows (its model had it right), between the check and EXEC,
-    leaves the rows and counts to this batch, once; that event's reply is False."""
-    store = make_single_store()
-    store.ensure_categories(["a", "b"])
-    snapshot = store.read_for_update(IDS)
-    real = resp.watched_transaction
-
-    def with_a_rival(client: Any, watch: Any, read: Any, commands_for: Callable[[Any], Any]) -> list[Any] | None:
-        def rival_marks_first(reply: Any) -> Any:
-            commands = commands_for(reply)
-            # What the meta step of an event that changed nothing does: its marker, and nothing else.
-            assert store.client.set(f"sw:{{{store.model}}}:ev:e2".encode(), b"1", nx=True, ex=3600)
-            return commands
-
-        return real(client, watch, read, rival_marks_first)
-
-    monkeypatch.setattr(resp, "watched_transaction", with_a_rival)
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1", "e2")) == [True, False]
-    assert store.applied_events(["e1", "e2"]) == [True, True]
-    assert store.version == 2 and store.counters("updates") == {"*": 2.0, "a": 2.0}
-    np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5, rtol=1e-6)
-
-
-def test_a_redelivery_after_a_partial_write_is_refused_and_completes_once(make_store: StoreFactory) -> None:
-    """A crash after some shards were written: the markers there send the batch the event-by-event way."""
-    store = make_store()
-    store.ensure_categories(["a", "b"])
-    snapshot = store.read_for_update(IDS)
-    assert _by_scripts(store, snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) == [True]
-    # Simulate "shards written, meta not": drop the model-level marker only.
-    store.client.delete(f"sw:{{{store.model}}}:ev:e1".encode())
-    again = store.read_for_update(IDS)
-    assert store.apply_rows(again, _learned(store, again.values, 1.5), _events("e1")) is None
-    # Nothing moved twice.
-    np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5, rtol=1e-6)
-
-
-@pytest.mark.parametrize("path", ["apply_many", "apply"])
-def test_a_redelivery_after_a_partial_event_by_event_apply_is_refused(make_store: StoreFactory, path: str) -> None:
-    """The event-by-event path (apply_rows' fallback) marks its events as attempted too, so a crash
-    after its shard scripts sends the redelivery's apply_rows to check the shards' marker sets."""
-    store = make_store()
-    store.ensure_categories(["a", "b"])
-    updates = [RowUpdate("positive", IDS[:20], np.array([0]), np.array([1.5])),
-               RowUpdate("negative", IDS[:20], np.array([0]), np.array([1 / 1.5]))]  # fmt: skip
-    if path == "apply_many":
-        assert store.apply_many([(updates, "e1")]) == [True]
-    else:
-        assert store.apply(updates, event_id="e1")
-    store.client.delete(f"sw:{{{store.model}}}:ev:e1".encode())  # "shards written, meta not"
-    again = store.read_for_update(IDS)
-    assert store.apply_rows(again, _learned(store, again.values, 1.5), _events("e1")) is None
-    np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5, rtol=1e-6)
-
-
-def test_every_event_in_a_shard_marker_set_was_marked_as_attempted_first(make_store: StoreFactory) -> None:
-    """apply_rows checks only events attempted before against the marker sets: that is safe only
-    if no path marks an event in a shard without its attempt marker."""
-    store = make_store()
-    store.ensure_categories(["a", "b"])
-    snapshot = store.read_for_update(IDS)
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("rows")) == [True]
-    update = [RowUpdate("positive", IDS[20:], np.array([1]), np.array([2.0]))]
-    assert store.apply_many([(update, "many")]) == [True]
-    assert store.apply(update, event_id="one")
-    marked = {member.decode() for key in store.model_keys() if b":evs:" in key
-              for member in store.client.smembers(key)}  # fmt: skip
-    # A single node writes a fresh batch in one transaction, its markers at the model level only.
-    assert marked == ({"rows", "many", "one"} if store.is_cluster else {"many", "one"})
-    attempted = [store.client.exists(f"sw:{{{store.model}}}:try:{e}".encode()) for e in ("rows", "many", "one")]
-    assert attempted == [1, 1, 1]
-    # Attempt markers outlive the marker sets they guard.
-    sets_ttl = max(store.client.ttl(key) for key in store.model_keys() if b":evs:" in key)
-    assert store.client.ttl(f"sw:{{{store.model}}}:try:rows".encode()) > sets_ttl
-
-
-def test_a_fresh_batch_is_written_though_the_marker_sets_are_full(make_store: StoreFactory) -> None:
-    """Events never attempted are not looked up in the marker sets (the cost that is saved), and
-    events attempted before are: a batch holding one of them is refused."""
-    store = make_store()
-    store.ensure_categories(["a", "b"])
-    first = store.read_for_update(IDS)
-    assert _by_scripts(store, first, _learned(store, first.values, 1.5), _events("old")) == [True]
-    store.client.delete(f"sw:{{{store.model}}}:ev:old".encode())  # a crash before the meta step
-    snapshot = store.read_for_update(IDS)
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("new", "old")) is None
-    snapshot = store.read_for_update(IDS)
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("new")) == [True]
-    np.testing.assert_allclose(store.read(IDS)["positive"][:20, 0], 2.0 * 1.5 * 1.5, rtol=1e-6)
-
-
-def test_rows_wider_than_the_learned_ones_are_left_to_apply_many(make_store: StoreFactory) -> None:
-    store = make_store()
-    store.ensure_categories(["a"])
-    snapshot = store.read_for_update(IDS)
-    other = RedisStore(store.client, store.model, TABLES, store.shards)
-    other.ensure_categories(["a", "b"])
-    other.apply([RowUpdate("positive", IDS[:1], np.array([1]), np.array([2.0]))], event_id="wide")
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) is None
-
-
-def test_memory_store_never_writes_rows() -> None:
-    memory = MemoryStore(TABLES)
-    snapshot = memory.read_for_update(IDS)
-    assert memory.apply_rows(snapshot, snapshot.values, _events("e1")) is None
-
-
-_COUNTER_UPDATES = st.builds(
-    CounterUpdate,
-    st.sampled_from(["updates", "mistakes"]),
-    st.dictionaries(st.sampled_from(["*", "a", "b", "ünï"]), st.floats(-4, 4, allow_nan=False), max_size=3),
-)
-_LEARNED_EVENTS = st.builds(
-    LearnedEvent, st.text(min_size=1, max_size=8), st.lists(_COUNTER_UPDATES, max_size=3).map(tuple), st.booleans()
-)
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(events=st.lists(_LEARNED_EVENTS, max_size=6))
-def test_a_batch_of_learned_events_makes_the_meta_call_each_event_would(
-    make_single_store: StoreFactory, events: list[LearnedEvent]
-) -> None:
-    """apply_rows builds the meta script's call in one pass: the same keys and plan as event by event."""
-    from stream_winnow.stores.redis import _counter_amounts, _metas_call
-
-    store = make_single_store()
-    ttl = 3600
-    each = [store._meta_call(e.event_id, ttl, _counter_amounts(e.counters), not e.changed_rows) for e in events]
-    assert store._events_call(events, ttl) == _metas_call(store._version_key, each)
-
-
-def test_event_by_event_apply_skips_shards_the_row_write_marked(make_store: StoreFactory) -> None:
-    """A crash after apply_rows wrote the shards but before the model-level marker: the fallback path,
-    which marks events with keys, must still see the shards' marker sets and not apply e1 again."""
-    store = make_store()
-    store.ensure_categories(["a", "b"])
-    snapshot = store.read_for_update(IDS)
-    assert _by_scripts(store, snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) == [True]
-    written = store.read(IDS)["positive"].copy()
-    store.client.delete(f"sw:{{{store.model}}}:ev:e1".encode())
-    store.apply([RowUpdate("positive", IDS[:20], np.array([0]), np.array([1.5]))], event_id="e1")
-    np.testing.assert_array_equal(store.read(IDS)["positive"], written)
-
-
-def test_deleting_rows_makes_a_snapshot_of_the_shard_stale(make_store: StoreFactory) -> None:
-    store = make_store()
-    store.ensure_categories(["a", "b"])
-    store.apply([RowUpdate("positive", IDS[:1], np.array([1]), np.array([2.0]))], event_id="seed")
-    snapshot = store.read_for_update(IDS)
-    assert store.delete(IDS[:1]) == 1  # compact, between the read and the write
-    assert store.apply_rows(snapshot, _learned(store, snapshot.values, 1.5), _events("e1")) is None

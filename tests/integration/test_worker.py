@@ -221,11 +221,14 @@ def test_labelled_events_sent_twice_change_the_weights_once(
         ids = np.array(sorted({learner.featurizer.token_id(t) for d in docs for t in d.tokens}), dtype=np.int64)
         return version, learner.store.read(ids)
 
-    service.produce("labels", events)
-    version_once, weights_once = settled()
-    assert version_once > 0
     from stream_winnow.outcomes import mistake_rates, recent_outcomes
 
+    service.produce("labels", events)
+    deadline = time.monotonic() + 90  # every event learned once (a quiet model alone can be a slow batch)
+    while time.monotonic() < deadline and len(recent_outcomes(client, service.model)) < len(docs):
+        time.sleep(0.5)
+    version_once, weights_once = settled()
+    assert version_once > 0
     window = recent_outcomes(client, service.model)
     assert len(window) == len(docs)  # one outcome per labelled event, for `status`
     assert any(wrong for wrong, _ in mistake_rates(window).values())

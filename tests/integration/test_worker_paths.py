@@ -238,7 +238,7 @@ def test_labelled_events_are_counted_once_learned_even_when_the_first_write_fail
         return (registry.get_sample_value("stream_winnow_labelled_events_total") or 0.0,
                 registry.get_sample_value("stream_winnow_updates_applied_total") or 0.0, mistakes)  # fmt: skip
 
-    original = learner.store.apply_rows
+    original = learner.store.apply_delta
     failures = [StoreError("redis gone mid-write")]
 
     def fails_once(*args: Any, **kwargs: Any) -> Any:
@@ -246,7 +246,7 @@ def test_labelled_events_are_counted_once_learned_even_when_the_first_write_fail
             raise failures.pop()
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(learner.store, "apply_rows", fails_once)
+    monkeypatch.setattr(learner.store, "apply_delta", fails_once)
     try:
         with pytest.raises(StoreError):
             worker.process(batch)
