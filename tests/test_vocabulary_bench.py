@@ -1,4 +1,4 @@
-"""The memo-size benchmark runs and measures something (its figures are in the README, not here)."""
+"""The memo-size benchmark runs and measures something (timing never decides a test, so no figure is checked)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ all its outputs are acknowledged::
             in_flight.add(records, process(records))   # process() returns producer.checkpoint()
         in_flight.settle(wait=not records)              # commit what is acknowledged
 
-Offsets are never committed ahead of their outputs, so at-least-once holds as before; a
-crash now repeats the last ``max_batches + 1`` batches instead of one, and any whose
+Offsets are never committed ahead of their outputs, so delivery is at least once; a
+crash repeats the last ``max_batches + 1`` batches, and any whose
 asynchronous commit had not reached the broker yet. A batch whose outputs
 failed is handed to ``redo`` (processed and sent again) before anything after it commits.
 
@@ -54,7 +54,7 @@ class InFlight:
     """Processed batches waiting for their outputs' acknowledgement, committed in order.
 
     ``max_batches`` is how many may wait while the next batch is taken: 0 waits for every
-    batch before the next (the loop of old), 2 lets acknowledgements (about 8 ms a batch on
+    batch before the next, 2 lets acknowledgements (about 8 ms a batch on
     Tansu) overlap the next batches' work. ``redo(records)`` processes a batch again after
     its outputs failed and returns the new sends' ``Delivery``. Asynchronous commits are at
     least ``commit_interval_ms`` apart on ``clock`` (seconds, monotonic); ``on_commit(asynchronous)``

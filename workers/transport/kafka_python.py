@@ -52,12 +52,10 @@ _REQUEST_TIMEOUT_MAX_MS = 30_000
 # topic name fails in seconds rather than after kafka-python's 60 s default.
 _MAX_BLOCK_MS = 10_000
 # kafka-python 3's poll() sleeps up to retry_backoff_ms (100 by default) whenever its fetcher finds
-# nothing buffered and no fetch in flight, and that happens under a steady stream too: a throwaway
-# stack sampler caught the worker asleep there during a run whose p99 reached 162.1 ms (11,848
-# documents/s). The consumer's retry backoff is therefore the fetch wait's order, 10 ms: an idle
-# poll costs at most that, and a failed request is retried that much sooner. In eight pairs of
-# benchmarks/service.py --client kafka-python --phases latency --latency-rate 11848 --repeats 2,
-# 3 of 32 runs were over 100 ms without the machine saturated with 100 ms, none of 32 with 10.
+# nothing buffered and no fetch in flight, and that happens under a steady stream too, where it
+# can push a paced worker's p99 past 100 ms. The consumer's retry backoff is therefore the fetch
+# wait's order, 10 ms: an idle poll costs at most that, and a failed request is retried that much
+# sooner (benchmarks/service.py --client kafka-python --phases latency shows the difference).
 _CONSUMER_RETRY_BACKOFF_MS = 10
 
 

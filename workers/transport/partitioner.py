@@ -7,7 +7,7 @@ document's decisions land on the same partition whichever client, or language, p
 
 kafka-python spends about a quarter of ``KafkaProducer.send`` choosing the partition: 16 µs a
 decision with ``partition=`` given against 21-24 µs without it (170 sends every 12 ms, the
-worker's pattern at 10,000 documents/s; a throwaway script). :func:`partitions` hashes a batch
+worker's pattern at 10,000 documents/s). :func:`partitions` hashes a batch
 of keys in one compiled pass instead.
 
 >>> murmur2(b"21")
