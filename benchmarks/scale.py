@@ -51,7 +51,9 @@ What a run reports, and how:
   lets a run's decisions lack; ``delay 0`` in the header is strict prequential);
 - **test micro-F1**: the final model, read from Redis into memory, on the ModApte test split.
 
-Each figure is the median of the repeats, with min and max. Then the ratios against the smallest N
+Each figure is the median of the repeats, with min and max. A run in which a worker exits or the
+stream stalls has no figures: the table counts it, quotes its error and names its logs' directory,
+and the other runs go on. Then the ratios against the smallest N
 (N=1 when given): events/s, events/s a pod, worker CPU per event, Redis CPU per event; and "pods one
 Redis node could feed at the 1-worker rate" = 1 core ÷ (Redis CPU s per event × labelled events/s of
 one pod), from the medians at the smallest N (on a Cluster, Redis CPU is the masters' sum, so it
@@ -707,12 +709,17 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"start, {results['load_average_end']:.2f} at end; in-process strict prequential micro-F1 of the same "
         f"stream (delay 0) {results['in_process_strict_micro_f1']:.4f}",
         "",
-        "| workers | " + " | ".join(heading for _, heading, _ in FIGURES) + " | in-process micro-F1, window × N late |",
-        "|---|" + "---|" * (len(FIGURES) + 1),
+        "| workers | runs | " + " | ".join(heading for _, heading, _ in FIGURES)
+        + " | in-process micro-F1, window × N late |",
+        "|---|---|" + "---|" * (len(FIGURES) + 1),
     ]
-    for n, row in sorted(summary.items()):
-        cells = [_cell(row[key], decimals) for key, _, decimals in FIGURES] + [f"{references[n]:.4f}"]
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    failures: Mapping[int, Sequence[str]] = results.get("failures", {})
+    for n in sorted(set(summary) | set(failures)):
+        failed = len(failures.get(n, ()))
+        ok = results["repeats"] - failed
+        cells = ([_cell(summary[n][key], decimals) for key, _, decimals in FIGURES] if n in summary
+                 else ["–"] * len(FIGURES))  # fmt: skip
+        lines.append(f"| {n} | {ok}/{results['repeats']} | " + " | ".join(cells) + f" | {references[n]:.4f} |")
     lines += [
         "",
         f"| workers | events/s ÷ N={base_n} | events/s a pod ÷ N={base_n} | worker CPU / event ÷ N={base_n} | "
@@ -722,6 +729,8 @@ def markdown(results: Mapping[str, Any]) -> str:
     for n, ratio in sorted(results["ratios"].items()):
         lines.append(f"| {n} | {ratio['events_per_s']:.2f} | {ratio['events_per_s_per_pod']:.2f} | "
                      f"{ratio['worker_cpu_us_per_event']:.2f} | {ratio['redis_cpu_us_per_event']:.2f} |")  # fmt: skip
+    for n, messages in sorted((n, m) for n, m in failures.items() if m):
+        lines += ["", f"Failed runs of {n} worker(s): " + "; ".join(failure_summary(m) for m in messages)]
     lines += ["", f"Pods one Redis node could feed at the {base_n}-worker rate: **{results['pods_per_redis_node']:.1f}** "
                   f"(1 core ÷ (Redis CPU s / event × labelled events/s a pod at N={base_n}))."]  # fmt: skip
     return "\n".join(lines)
@@ -729,6 +738,16 @@ def markdown(results: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------------
 # the invocation
+
+
+def failure_summary(message: str) -> str:
+    """The first line of a failed run's error and, when it quotes a log, the log's last line (the exception).
+
+    >>> failure_summary("worker exited with 1; log ends:\\nTraceback ...\\nValueError: shape mismatch\\n")
+    'worker exited with 1; log ends: … ValueError: shape mismatch'
+    """
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[0] if len(lines) < 2 else f"{lines[0]} … {lines[-1]}"
 
 
 def run_scale(config: ScaleConfig, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -746,16 +765,24 @@ def run_scale(config: ScaleConfig, say: Callable[[str], None] = lambda _: None) 
     started = datetime.now(UTC).isoformat(timespec="seconds")
     load_start = os.getloadavg()[0]
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in config.workers}
+    failures: dict[int, list[str]] = {n: [] for n in config.workers}
     log_root = Path(tempfile.mkdtemp(prefix="stream-winnow-scale-"))
     for repeat in range(config.repeats):
         for n in config.workers:
             say(f"run {repeat + 1}/{config.repeats}: {n} worker(s)")
-            run = run_once(config, n, stream, messages, log_root / f"n{n}-r{repeat}")
+            try:
+                run = run_once(config, n, stream, messages, log_root / f"n{n}-r{repeat}")
+            except TransportError as error:  # a worker died or the stream stalled: the run has no figures
+                failures[n].append(str(error))
+                say(f"  failed: {failure_summary(str(error))} (logs in {log_root / f'n{n}-r{repeat}'})")
+                continue
             runs[n].append(run)
             say(f"  {run['events_per_s']:,.0f} labelled events/s, {run['documents_per_s']:,.0f} documents/s, "
                 f"worker {run['worker_cpu_us_per_event']:.1f} / Redis {run['redis_cpu_us_per_event']:.1f} CPU µs "
                 f"an event, {run['conflicts']:.0f} conflicts, prequential micro-F1 {run['prequential_micro_f1']:.4f}")
-    summary = {n: summarize(group) for n, group in runs.items()}
+    summary = {n: summarize(group) for n, group in runs.items() if group}
+    if not summary:
+        raise TransportError("every run failed: " + "; ".join(failure_summary(f) for f in sum(failures.values(), [])))
     base_n = min(summary)
     base = summary[base_n]
     return {
@@ -777,6 +804,7 @@ def run_scale(config: ScaleConfig, say: Callable[[str], None] = lambda _: None) 
         "in_process_micro_f1": references,
         "log_dir": str(log_root),
         "runs": runs,
+        "failures": failures,
         "summary": summary,
         "ratios": ratios(summary),
         "pods_per_redis_node": pods_per_redis_node(

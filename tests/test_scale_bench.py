@@ -144,12 +144,25 @@ def test_the_table_has_a_row_per_worker_count_and_the_ratios() -> None:
                2: summarize([_run(3_000.0, 80.0)])}  # fmt: skip
     text = markdown(_results(summary))
     lines = text.splitlines()
-    header = next(line for line in lines if line.startswith("| workers | labelled events/s"))
-    assert header.count("|") == len(FIGURES) + 3  # workers, every figure, the in-process reference
-    row = next(line for line in lines if line.startswith("| 1 | 2,000 (1,800–2,200)"))
+    header = next(line for line in lines if line.startswith("| workers | runs | labelled events/s"))
+    assert header.count("|") == len(FIGURES) + 4  # workers, runs, every figure, the in-process reference
+    row = next(line for line in lines if line.startswith("| 1 | 3/3 | 2,000 (1,800–2,200)"))
     assert "40.0 (38.0–44.0)" in row and row.endswith("| 0.6000 |")
     assert any(line.startswith("| 2 | 1.50 | 0.75 | 1.00 | 2.00 |") for line in lines)
     assert "**12.5**" in text
+
+
+def test_a_failed_run_is_counted_and_quoted() -> None:
+    summary = {1: summarize([_run(2_000.0, 40.0), _run(2_200.0, 44.0)])}
+    results = _results(summary) | {
+        "in_process_micro_f1": {1: 0.6, 4: 0.0},
+        "failures": {1: ["worker exited with 1; log ends:\nTraceback\nValueError: shape mismatch"],
+                     4: ["only 3 of 9 counted", "only 5 of 9 counted", "only 1 of 9 counted"]},
+    }  # fmt: skip
+    lines = markdown(results).splitlines()
+    assert any(line.startswith("| 1 | 2/3 | 2,100 (2,000–2,200)") for line in lines)
+    assert any(line.startswith("| 4 | 0/3 | – | – |") for line in lines)
+    assert "Failed runs of 1 worker(s): worker exited with 1; log ends: … ValueError: shape mismatch" in lines
 
 
 @pytest.mark.slow
