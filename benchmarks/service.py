@@ -481,6 +481,10 @@ class Collector(threading.Thread):
                 out.append((ts, message.get("decided_ts"), now * 1000))
         return out
 
+    def values(self) -> list[bytes]:
+        """The messages of ``topics[0]`` in arrival order (kept only with ``latency=True``)."""
+        return [value for _, value in self._arrivals]
+
     def start_and_wait(self) -> Collector:
         self.start()
         self._ready.wait(30)
