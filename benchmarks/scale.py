@@ -101,7 +101,7 @@ __all__ = ["ScaleConfig", "main", "run_scale"]
 
 # The workers' metric names (Prometheus text, counters with their ``_total``). Each is read in one place.
 LABELLED_METRIC = "stream_winnow_labelled_events_total"
-CONFLICTS_METRIC = "stream_winnow_row_conflicts_total"
+CONFLICTS_METRIC = "stream_winnow_stale_watermarks_total"
 RETRIES_METRIC = "stream_winnow_retries_total"
 DUPLICATES_METRIC = "stream_winnow_duplicate_events_total"
 UPDATES_METRIC = "stream_winnow_updates_applied_total"
