@@ -85,8 +85,9 @@ _RETRIABLE_REPLIES = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAG
 # A shard's share of a batch's delta, and the batch's watermarks, in one atomic step.
 # KEYS[1] shard row count, KEYS[2] its write counter, KEYS[3] its watermarks (hash: source -> offset),
 # KEYS[4..] rows. ARGV[1] msgpack {G, T, combine per slot (1 multiply, 0 add), low, high and initial
-# value per slot, sources {{source, expected, last}, ...}}; ARGV[2..] per row, its changes as packed
-# (uint32 position, float64 factor or addend) pairs, positions ascending.
+# value per slot, sources {{source, expected, last}, ...}}; ARGV[2] the initial row (packed float32)
+# at the delta's width, which fills the gaps past a short row's end; ARGV[3..] per row, its changes as
+# packed (uint32 position, float64 factor or addend) pairs, positions ascending.
 # Refuses the whole step ({-1, source, found}) if a watermark is not as expected; else applies
 # w <- clip(w * factor) or clip(w + addend) at each position (a position past a short row's end
 # starts from the slot's initial value), sets the watermarks, and returns {0, write counter, created}.
@@ -98,38 +99,43 @@ for _, s in ipairs(sources) do
   local found = tonumber(redis.call('HGET', KEYS[3], s[1]) or '-1')
   if found ~= s[2] then return {-1, s[1], found} end
 end
-local function slot(p)
-  if p < G then return p + 1 end
-  return G + (p - G) % T + 1
-end
+local sunpack, spack, ssub, concat, call = struct.unpack, struct.pack, string.sub, table.concat, redis.call
 local created = 0
+local tmpl = ARGV[2]
 for i = 4, #KEYS do
-  local changes = ARGV[i - 2]
-  local row = redis.call('GET', KEYS[i])
+  local changes = ARGV[i - 1]
+  local row = call('GET', KEYS[i])
   if not row then
     created = created + 1
     row = ''
   end
   local n = #row / 4
-  local parts, at = {}, 0
+  local parts, np, at = {}, 0, 0
   for j = 1, #changes, 12 do
-    local p, d = struct.unpack('<I4d', changes, j)
-    if p > at and at < n then
-      local e = math.min(p, n)
-      parts[#parts + 1] = string.sub(row, at * 4 + 1, e * 4)
-      at = e
+    local p, d = sunpack('<I4d', changes, j)
+    if p > at then
+      if at < n then
+        local e = p < n and p or n
+        np = np + 1
+        parts[np] = ssub(row, at * 4 + 1, e * 4)
+        at = e
+      end
+      if p > at then
+        np = np + 1
+        parts[np] = ssub(tmpl, at * 4 + 1, p * 4)
+      end
     end
-    for q = at, p - 1 do parts[#parts + 1] = struct.pack('<f', inits[slot(q)]) end
-    local k = slot(p)
+    local k = p < G and p + 1 or G + (p - G) % T + 1
     local v
-    if p < n then v = struct.unpack('<f', row, p * 4 + 1) else v = inits[k] end
+    if p < n then v = sunpack('<f', row, p * 4 + 1) else v = inits[k] end
     if combine[k] == 1 then v = v * d else v = v + d end
     if v < lows[k] then v = lows[k] elseif v > highs[k] then v = highs[k] end
-    parts[#parts + 1] = struct.pack('<f', v)
+    np = np + 1
+    parts[np] = spack('<f', v)
     at = p + 1
   end
-  if at < n then parts[#parts + 1] = string.sub(row, at * 4 + 1) end
-  redis.call('SET', KEYS[i], table.concat(parts))
+  if at < n then parts[np + 1] = ssub(row, at * 4 + 1) end
+  call('SET', KEYS[i], concat(parts))
 end
 for _, s in ipairs(sources) do redis.call('HSET', KEYS[3], s[1], s[3]) end
 if created > 0 then redis.call('INCRBY', KEYS[1], created) end
@@ -692,10 +698,11 @@ class RedisStore(WeightStore):
             keys.append(self._row_key(shard_list[i], id_list[i]))
             changes.append(packed[start_list[i] : end_list[i]])
         layout = [self._g, self._t, self._combine, self._lows, self._highs, self._inits]
+        template = self._initial_row(n_categories).astype("<f4").tobytes()
         return {
             s: (
                 [self._count_keys[s], self._write_keys[s], self._watermark_key(s), *keys],
-                [msgpack.packb([*layout, [[m.source, m.expected[s], m.last] for m in sources]]), *changes],
+                [msgpack.packb([*layout, [[m.source, m.expected[s], m.last] for m in sources]]), template, *changes],
             )
             for s, (keys, changes) in by_shard.items()
         }
