@@ -95,6 +95,18 @@ class NaiveBayes(Learner):
         n_c = np.array([docs.get(c, 0.0) for c in names])
         return n_c, docs.get("*", 0.0), np.array(names)
 
+    def _aligned(self, values: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray, float, list[str]]:
+        """Rows and priors over the same categories: the first ``w`` of them, ``w`` the narrower of the two.
+
+        Other workers add categories at any time, so rows read a moment before the counters may hold
+        fewer categories than the counters name (or the category list, read from a cache, fewer than
+        the rows): margins are then given for the first ``w`` categories, the ones both know.
+        """
+        n_c, n, names = self._priors()
+        width = min(values["counts"].shape[1], len(n_c))
+        cut = {name: (v[:, :width] if name == "counts" else v) for name, v in values.items()}
+        return cut, n_c[:width], n, names[:width].tolist()
+
     def margins_from(self, values: dict[str, np.ndarray], strengths: Any, total_strength: Any) -> np.ndarray:
         n_documents = strengths.shape[0] if sparse.issparse(strengths) else None
         if not self.store.counters(DOCS_COUNTER).get("*"):
@@ -143,9 +155,9 @@ class MultinomialNB(NaiveBayes):
         return vector.strengths
 
     def joint_from(self, values: dict[str, np.ndarray], strengths: Any) -> tuple[np.ndarray, np.ndarray]:
-        n_c, n, _ = self._priors()
+        values, n_c, n, names = self._aligned(values)
         tokens = self.store.counters(TOKENS_COUNTER)
-        t_c = np.array([tokens.get(c, 0.0) for c in self.store.categories()])
+        t_c = np.array([tokens.get(c, 0.0) for c in names])
         t_all = tokens.get("*", 0.0)
         vocabulary = max(self.store.n_features(), 1)
         k = self.smoothing
@@ -195,15 +207,15 @@ class BernoulliNB(NaiveBayes):
         absent_c = np.zeros(len(n_c))
         absent_not_c = np.zeros(len(n_c))
         for _, values in self.store.iter_rows():
-            df_c = values["counts"]
+            df_c = values["counts"][:, : len(n_c)]  # rows read after a category was added hold one more
             df_not_c = values["total"] - df_c
-            absent_c += np.log1p(-(df_c + k) / (n_c + 2 * k)).sum(axis=0)
-            absent_not_c += np.log1p(-(df_not_c + k) / (n - n_c + 2 * k)).sum(axis=0)
+            absent_c[: df_c.shape[1]] += np.log1p(-(df_c + k) / (n_c[: df_c.shape[1]] + 2 * k)).sum(axis=0)
+            absent_not_c[: df_c.shape[1]] += np.log1p(-(df_not_c + k) / (n - n_c[: df_c.shape[1]] + 2 * k)).sum(axis=0)
         self._absent_cache = (version, absent_c, absent_not_c)
         return absent_c, absent_not_c
 
     def joint_from(self, values: dict[str, np.ndarray], strengths: Any) -> tuple[np.ndarray, np.ndarray]:
-        n_c, n, _ = self._priors()
+        values, n_c, n, _ = self._aligned(values)
         k = self.smoothing
         absent_c, absent_not_c = self._log_absent_sums(n_c, n)
         # Presence: 1 for each of the document's terms in the vocabulary (unknown terms are ignored,

@@ -235,6 +235,7 @@ class CachedStore(WeightStore):
         When the rows double, each view grows alike: its rows are copied, not derived anew from
         every row (deriving the Reuters model's took 157 ms; a copy of it, 19 MB, a few).
         """
+        values = self._at_width(values)
         self._rows.load_rows(feature_ids, values)
         self._grow_row_records()
         if not self._views:
@@ -248,6 +249,27 @@ class CachedStore(WeightStore):
                 grown[: len(views)] = views
                 views = self._views[view] = grown
             views[rows] = view(values)
+
+    def _at_width(self, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Rows cut to (or padded with initial values up to) the cached categories.
+
+        Another worker may add a category between the cache's width check and its read, so rows can
+        come one category wider: the cache keeps the categories it knows, exactly, and the next
+        batch's width check starts it afresh at the new width.
+        """
+        width = len(self._rows.categories())
+        out: dict[str, np.ndarray] = {}
+        for name, block in values.items():
+            spec = self.tables[name]
+            if not spec.per_category or block.shape[1] == width:
+                out[name] = block
+            elif block.shape[1] > width:
+                out[name] = block[:, :width]
+            else:
+                padded = np.full((block.shape[0], width), spec.initial)
+                padded[:, : block.shape[1]] = block
+                out[name] = padded
+        return out
 
     def _clear_row_records(self) -> None:
         self._row_parts = np.zeros(0, dtype=np.int64)
