@@ -460,8 +460,8 @@ def accounted_keys(keys: Iterable[bytes], model: str) -> list[bytes]:
     """The keys whose memory counts against the events: the model's, except its weight rows
     (``sw:{<model>:<shard>}:f:*``) and its document cache (``sw:<model>:docs:*``).
 
-    >>> accounted_keys([b"sw:{m:3}:f:12", b"sw:m:docs:5:0", b"sw:{m:3}:evs:1", b"sw:{m}:ev:x", b"sw:{m:3}:n"], "m")
-    [b'sw:{m:3}:evs:1', b'sw:{m}:ev:x', b'sw:{m:3}:n']
+    >>> accounted_keys([b"sw:{m:3}:f:12", b"sw:m:docs:5:0", b"sw:{m:3}:wm", b"sw:{m}:seen:labels:0", b"sw:{m:3}:n"], "m")
+    [b'sw:{m:3}:wm', b'sw:{m}:seen:labels:0', b'sw:{m:3}:n']
     """
     name = model.encode()
     row = re.compile(rb"sw:\{" + re.escape(name) + rb":\d+\}:f:")

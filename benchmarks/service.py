@@ -310,7 +310,7 @@ _MARKER_PARTS = (b":wm", b":seen:")
 
 
 def marker_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> dict[str, int]:
-    """MEMORY USAGE summed over the model's event markers: what learning keeps besides the weights."""
+    """MEMORY USAGE summed over the model's watermarks and seen-event rings: what learning keeps besides the weights."""
     from stream_winnow.models import connect
     from stream_winnow.stores.redis import RedisStore
 

@@ -14,7 +14,7 @@ Two formats, chosen by the file's suffix (or ``format``):
 - ``.npz``: ``np.savez_compressed``; the header (metadata, categories, tables,
   counters, version) is a JSON string array, so loading needs no pickle.
 
-Applied-event markers (exactly-once guards) are not part of a snapshot.
+Offset watermarks and seen events (exactly-once guards) are not part of a snapshot.
 
 >>> from stream_winnow.learners.balanced_winnow import BalancedWinnow
 >>> source = BalancedWinnow()

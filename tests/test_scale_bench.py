@@ -75,17 +75,17 @@ def test_bytes_are_accounted_for_every_key_but_rows_and_cached_documents() -> No
         b"sw:{scale:0}:f:123": 900,  # a row
         b"sw:{scale:15}:f:9": 900,  # a row of another shard
         b"sw:scale:docs:493:7": 5_000,  # a document-cache hash
-        b"sw:{scale:0}:evs:20431": 700,  # a shard's marker set
-        b"sw:{scale}:ev:label:1": 60,  # model-level markers
-        b"sw:{scale}:ev:label:2": 60,
-        b"sw:{scale}:try:label:1": 70,  # attempt markers
-        b"sw:{scale}:try:label:2": 70,
+        b"sw:{scale:0}:wm": 700,  # a shard's watermarks
+        b"sw:{scale}:wm": 60,  # the model part's watermarks
+        b"sw:{scale}:seen:labels:0": 60,  # a partition's seen events
+        b"sw:{scale}:seen:labels:1": 70,
+        b"sw:{scale}:seen:labels:2": 70,
         b"sw:{scale:0}:n": 50,
         b"sw:{scale}:version": 40,
     }
     kept = accounted_keys(sizes, "scale")
-    assert kept == [b"sw:{scale:0}:evs:20431", b"sw:{scale}:ev:label:1", b"sw:{scale}:ev:label:2",
-                    b"sw:{scale}:try:label:1", b"sw:{scale}:try:label:2", b"sw:{scale:0}:n", b"sw:{scale}:version"]  # fmt: skip
+    assert kept == [b"sw:{scale:0}:wm", b"sw:{scale}:wm", b"sw:{scale}:seen:labels:0",
+                    b"sw:{scale}:seen:labels:1", b"sw:{scale}:seen:labels:2", b"sw:{scale:0}:n", b"sw:{scale}:version"]  # fmt: skip
     events = 2
     assert sum(sizes[key] for key in kept) / events == (700 + 2 * 60 + 2 * 70 + 50 + 40) / 2
 

@@ -6,7 +6,7 @@ One loop, one batch at a time::
             the rest decoded one by one (bad → dead-letters) ─► cache the raw documents
          ─► score the plain documents (ONE weight read), encode every decision at once
          ─► labelled docs and events, in order: predict and learn on a local copy of their rows,
-            then write the changed rows back whole (compare-and-set; event by event if raced)
+            then write what changed as one commutative delta with the partitions' watermarks
          ─► produce decisions ─► checkpoint ─► commit the offsets of earlier batches the broker
             has acknowledged (``workers/transport/in_flight.py``) ─► poll the next
 
@@ -16,8 +16,9 @@ cached (the cache write runs on a helper thread, finished by the batch's
 ``Delivery`` or by the first event that reads the cache); the loop does not wait
 for that acknowledgement before taking the next batch (``max_batches_in_flight``,
 4), so a crash repeats the last five batches (and any whose asynchronous commit
-was still on its way): at-least-once decisions, exactly-once updates (by
-``event_id``). A labelled document's event id is ``doc:<id>``.
+was still on its way): at-least-once decisions, exactly-once updates (by offset
+watermarks, ``workers/ledger.py``; resends of an ``event_id`` within a window are dropped too).
+A labelled document's event id is ``doc:<id>``.
 
 When Redis or the broker fails, the worker logs it, backs off (doubling, capped)
 and retries the same batch; it never advances offsets past unfinished work.
