@@ -62,6 +62,7 @@ from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import MistakeDriven
 from stream_winnow.learners.registry import describe, from_metadata
+from stream_winnow.learning_peers import LearningPeers, round_events
 from stream_winnow.outcomes import push_outcomes
 from stream_winnow.stores.base import StaleWatermark, Update
 from stream_winnow.stores.cached import CachedStore
@@ -205,9 +206,13 @@ class Worker:
         # The model's settings, to build the batch-local learner like the shared one.
         self._learner_spec = describe(learner)
         self.ledger = OffsetLedger(learner.store)
+        self.peers = LearningPeers(cache.client, config.model, config.worker_id)
         # A failed batch is processed again as it was: its learning is skipped by event id.
         self.in_flight = InFlight(
-            consumer, config.max_batches_in_flight, redo=self.process, commit_interval_ms=config.commit_interval_ms,
+            consumer,
+            config.max_batches_in_flight,
+            redo=self.process,
+            commit_interval_ms=config.commit_interval_ms,
             on_commit=lambda asynchronous: self.metrics.commits.labels("async" if asynchronous else "sync").inc(),
         )
 
@@ -265,6 +270,8 @@ class Worker:
         gc.collect()
         gc.freeze()
         topics = [self.config.topics.documents, self.config.topics.labels]
+        # Counted before joining, so that workers started together learn their first batches as peers.
+        self._retrying([], self.peers.count)
         self.consumer.subscribe(topics, self.config.group_id, on_assign=self._on_assign, on_revoke=self._on_revoke)
         log.info(
             "worker %s joined group %s on %s (model %s, learner %s)",
@@ -307,6 +314,7 @@ class Worker:
 
     def _close(self) -> None:
         self._settle_all("stopping")
+        self.peers.leave()
         self._cache_writer.shutdown(wait=True)
         for what, close in (("producer", self.producer.close), ("consumer", self.consumer.close)):
             try:
@@ -383,7 +391,9 @@ class Worker:
             if wait_s and left_s <= 0:
                 break
             try:
-                more = self.consumer.poll_batch(min(step, cap - len(records)), max(1, round(left_s * 1000)) if wait_s else 0)
+                more = self.consumer.poll_batch(
+                    min(step, cap - len(records)), max(1, round(left_s * 1000)) if wait_s else 0
+                )
             except TransportError as error:
                 log.warning("polling the broker for more of a batch failed: %s; processing the batch so far", error)
                 break
@@ -439,7 +449,9 @@ class Worker:
         # The weights' write counters come while the batch is parsed (a linear rule scores through
         # read_view_rows, which takes them).
         store = self.learner.store
-        ahead = store if documents and isinstance(store, CachedStore) and isinstance(self.learner, MistakeDriven) else None
+        ahead = (
+            store if documents and isinstance(store, CachedStore) and isinstance(self.learner, MistakeDriven) else None
+        )
         if ahead is not None:
             ahead.read_ahead()
         if documents and hashes:
@@ -627,7 +639,7 @@ class Worker:
                 for i, parts in split.partial:
                     self.metrics.partial_redeliveries.inc()
                     self._learn_and_write([resolved[i]], parts)
-                self._learn_and_write([resolved[i] for i in split.fresh], None)
+                self._learn_in_rounds([resolved[i] for i in split.fresh])
                 return
             except StaleWatermark as stale:
                 self.metrics.stale_watermarks.inc()
@@ -635,6 +647,26 @@ class Worker:
                 self.ledger.forget([stale.source])
                 if attempt == _STALE_RETRIES - 1:
                     raise
+
+    def _learn_in_rounds(self, items: list[tuple[_Labelled, Tokens]]) -> None:
+        """Learn ``items`` in order: in one round alone, in rounds with peers (``stream_winnow.learning_peers``).
+
+        Each round reads its rows afresh and writes its delta with its records' watermarks, so a crash
+        between rounds leaves the later ones to be learned on redelivery, and the earlier ones skipped.
+        """
+        if not items:
+            return
+        peers = self.peers.count()
+        self.metrics.learning_peers.set(peers)
+        # Naive Bayes adds counts whatever the model holds: its batches need no fresh read.
+        size = (
+            round_events(len(items), peers, self.config.learn_staleness_events)
+            if isinstance(self.learner, MistakeDriven)
+            else len(items)
+        )
+        for start in range(0, len(items), size):
+            self.metrics.learning_rounds.inc()
+            self._learn_and_write(items[start : start + size], None)
 
     def _learn_and_write(self, items: list[tuple[_Labelled, Tokens]], parts: list[int] | None) -> None:
         """Learn ``items`` in order into one delta and write it with their partitions' watermarks.
