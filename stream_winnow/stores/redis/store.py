@@ -58,6 +58,7 @@ from stream_winnow import resp
 from stream_winnow.errors import ConfigError, StoreError
 from stream_winnow.stores.base import MODEL_PART, RowSnapshot, RowUpdate, StaleWatermark, TableSpec, Update, WeightStore
 from stream_winnow.stores.delta import RowDelta, SourceRange, fold_updates, identity_of
+from stream_winnow.stores.redis import scripts
 
 __all__ = ["RedisStore"]
 
@@ -81,144 +82,6 @@ _DELETE_BATCH = 1000
 _LAYOUT_ERROR = "SWLAYOUT"
 # Redis errors that retrying later can fix (the rest are bugs and propagate as they are).
 _RETRIABLE_REPLIES = ("OOM", "BUSY", "LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")
-
-# A shard's share of a batch's delta, and the batch's watermarks, in one atomic step.
-# KEYS[1] shard row count, KEYS[2] its write counter, KEYS[3] its watermarks (hash: source -> offset),
-# KEYS[4..] rows. ARGV[1] msgpack {G, T, combine per slot (1 multiply, 0 add), low, high and initial
-# value per slot, sources {{source, expected, last}, ...}}; ARGV[2] the initial row (packed float32)
-# at the delta's width, which fills the gaps past a short row's end; ARGV[3..] per row, its changes as
-# packed (uint32 position, float64 factor or addend) pairs, positions ascending.
-# Refuses the whole step ({-1, source, found}) if a watermark is not as expected; else applies
-# w <- clip(w * factor) or clip(w + addend) at each position (a position past a short row's end
-# starts from the slot's initial value), sets the watermarks, and returns {0, write counter, created}.
-# Only the changed positions are unpacked and packed: the rest of a row is copied as it is.
-_APPLY_DELTA_LUA = """
-local plan = cmsgpack.unpack(ARGV[1])
-local G, T, combine, lows, highs, inits, sources = plan[1], plan[2], plan[3], plan[4], plan[5], plan[6], plan[7]
-for _, s in ipairs(sources) do
-  local found = tonumber(redis.call('HGET', KEYS[3], s[1]) or '-1')
-  if found ~= s[2] then return {-1, s[1], found} end
-end
-local sunpack, spack, ssub, concat, call = struct.unpack, struct.pack, string.sub, table.concat, redis.call
-local created = 0
-local tmpl = ARGV[2]
-for i = 4, #KEYS do
-  local changes = ARGV[i - 1]
-  local row = call('GET', KEYS[i])
-  if not row then
-    created = created + 1
-    row = ''
-  end
-  local n = #row / 4
-  local parts, np, at = {}, 0, 0
-  for j = 1, #changes, 12 do
-    local p, d = sunpack('<I4d', changes, j)
-    if p > at then
-      if at < n then
-        local e = p < n and p or n
-        np = np + 1
-        parts[np] = ssub(row, at * 4 + 1, e * 4)
-        at = e
-      end
-      if p > at then
-        np = np + 1
-        parts[np] = ssub(tmpl, at * 4 + 1, p * 4)
-      end
-    end
-    local k = p < G and p + 1 or G + (p - G) % T + 1
-    local v
-    if p < n then v = sunpack('<f', row, p * 4 + 1) else v = inits[k] end
-    if combine[k] == 1 then v = v * d else v = v + d end
-    if v < lows[k] then v = lows[k] elseif v > highs[k] then v = highs[k] end
-    np = np + 1
-    parts[np] = spack('<f', v)
-    at = p + 1
-  end
-  if at < n then parts[np + 1] = ssub(row, at * 4 + 1) end
-  call('SET', KEYS[i], concat(parts))
-end
-for _, s in ipairs(sources) do redis.call('HSET', KEYS[3], s[1], s[3]) end
-if created > 0 then redis.call('INCRBY', KEYS[1], created) end
-local writes
-if #KEYS > 3 then writes = redis.call('INCR', KEYS[2]) else writes = tonumber(redis.call('GET', KEYS[2]) or '0') end
-return {0, writes, created}
-"""
-
-# The model-level share of a batch: counters, version, the sources' seen events and watermarks.
-# KEYS[1] version, KEYS[2] the model's watermarks (hash: source -> offset, source#n -> events seen),
-# KEYS[3..] counter hashes, then one seen-events ring per source with events (by index in the plan).
-# ARGV[1] msgpack {changed events, {{counter key index, field, amount}, ...}, sources
-# {{source, expected, last, ring key index or 0}, ...}, ring capacity (events)}; ARGV[2..] per source
-# with a ring, its events' 8-byte hashes. A ring is a fixed-size string of capacity * 8 bytes written
-# round and round (SETRANGE), so its memory does not grow with the number of events.
-_APPLY_MODEL_LUA = """
-local plan = cmsgpack.unpack(ARGV[1])
-local changed, counters, sources, capacity = plan[1], plan[2], plan[3], plan[4]
-for _, s in ipairs(sources) do
-  local found = tonumber(redis.call('HGET', KEYS[2], s[1]) or '-1')
-  if found ~= s[2] then return {-1, s[1], found} end
-end
-for _, c in ipairs(counters) do redis.call('HINCRBYFLOAT', KEYS[c[1]], c[2], c[3]) end
-local version
-if changed > 0 then version = redis.call('INCRBY', KEYS[1], changed) else version = tonumber(redis.call('GET', KEYS[1]) or '0') end
-local arg = 2
-for _, s in ipairs(sources) do
-  redis.call('HSET', KEYS[2], s[1], s[3])
-  if s[4] > 0 then
-    local hashes = ARGV[arg]
-    arg = arg + 1
-    local count = #hashes / 8
-    local field = s[1] .. '#n'
-    local n = tonumber(redis.call('HGET', KEYS[2], field) or '0')
-    if count > capacity then
-      hashes = string.sub(hashes, (count - capacity) * 8 + 1)
-      n = n + count - capacity
-      count = capacity
-    end
-    local at = n % capacity
-    local first = math.min(count, capacity - at)
-    redis.call('SETRANGE', KEYS[s[4]], at * 8, string.sub(hashes, 1, first * 8))
-    if first < count then redis.call('SETRANGE', KEYS[s[4]], 0, string.sub(hashes, first * 8 + 1)) end
-    redis.call('HSET', KEYS[2], field, string.format('%d', n + count))
-  end
-end
-return {0, version}
-"""
-
-# KEYS[1] category list, KEYS[2] name -> column hash, KEYS[3] layout.
-# ARGV[1] layout, ARGV[2] categories the caller knows, ARGV[3..] names. Returns {columns, new tail of the list}.
-_ENSURE_CATEGORIES_LUA = """
-local layout = redis.call('GET', KEYS[3])
-if not layout then
-  redis.call('SET', KEYS[3], ARGV[1])
-elseif layout ~= ARGV[1] then
-  return redis.error_reply('SWLAYOUT model has tables ' .. layout)
-end
-local columns = {}
-for i = 3, #ARGV do
-  local c = redis.call('HGET', KEYS[2], ARGV[i])
-  if c then
-    c = tonumber(c)
-  else
-    c = redis.call('RPUSH', KEYS[1], ARGV[i]) - 1
-    redis.call('HSET', KEYS[2], ARGV[i], c)
-  end
-  columns[#columns + 1] = c
-end
-return {columns, redis.call('LRANGE', KEYS[1], ARGV[2], -1)}
-"""
-
-# KEYS[1] shard row count, KEYS[2] its write counter, KEYS[3..] feature rows. Returns how many rows existed.
-_DELETE_LUA = """
-local n = 0
-for i = 3, #KEYS do n = n + redis.call('DEL', KEYS[i]) end
-if n > 0 then
-  redis.call('DECRBY', KEYS[1], n)
-  redis.call('INCR', KEYS[2])
-end
-return n
-"""
-
 
 class RedisStore(WeightStore):
     """Tables of one model in Redis; ``from_url`` builds the client (single node or Cluster).
@@ -264,7 +127,7 @@ class RedisStore(WeightStore):
         self._slot.update({s.name: i for i, s in enumerate(self._per_category)})
         self._layout = json.dumps([[s.name, s.initial, s.per_category] for s in specs])
         self._initial_rows: dict[int, np.ndarray] = {}
-        # Per slot of a row's pattern (G globals, then T per-category tables), as _APPLY_DELTA_LUA takes them.
+        # Per slot of a row's pattern (G globals, then T per-category tables), as lua/apply_delta.lua takes them.
         pattern = [*self._globals, *self._per_category]
         self._combine = [1 if spec.combine == "multiply" else 0 for spec in pattern]
         self._lows = [float(spec.bounds.low) for spec in pattern]
@@ -290,10 +153,7 @@ class RedisStore(WeightStore):
             [b"LLEN", self._categories_key.encode()],
         ]
 
-        self._apply_delta = client.register_script(_APPLY_DELTA_LUA)
-        self._apply_model = client.register_script(_APPLY_MODEL_LUA)
-        self._ensure = client.register_script(_ENSURE_CATEGORIES_LUA)
-        self._delete = client.register_script(_DELETE_LUA)
+        self._scripts = scripts.register(client)
 
         self._row_keys_cache: dict[int, bytes] = {}
         self._categories: list[str] = []
@@ -405,7 +265,7 @@ class RedisStore(WeightStore):
             return np.array([column[n] for n in names], dtype=np.intp)
         keys = [self._categories_key, self._columns_key, self._layout_key]
         with _store_errors("creating categories"):
-            columns, tail = self._ensure(keys, [self._layout, len(self._categories), *names])
+            columns, tail = self._scripts.ensure_categories(keys, [self._layout, len(self._categories), *names])
         self._extend_categories(tail)
         result = np.array([int(c) for c in columns], dtype=np.intp)
         if any(self._column.get(n) != c for n, c in zip(names, result.tolist(), strict=True)):
@@ -643,12 +503,12 @@ class RedisStore(WeightStore):
         with _store_errors("applying a batch's delta"):
             if not isinstance(self.client, RedisCluster):
                 calls = [call for _, call in shard_calls] + ([model_call] if model_call else [])
-                scripts = [self._apply_delta] * len(shard_calls) + ([self._apply_model] if model_call else [])
-                replies = self._run_scripts(scripts, calls, at_once=True)
+                per_call = [self._scripts.apply_delta] * len(shard_calls) + ([self._scripts.apply_model] if model_call else [])
+                replies = self._run_scripts(per_call, calls, at_once=True)
             else:
-                replies = self._run_scripts(self._apply_delta, [call for _, call in shard_calls])
+                replies = self._run_scripts(self._scripts.apply_delta, [call for _, call in shard_calls])
                 if model_call is not None:
-                    replies += self._run_scripts(self._apply_model, [model_call])
+                    replies += self._run_scripts(self._scripts.apply_model, [model_call])
         writes: dict[int, int] = {}
         stale: list[tuple[str, int, int]] = []
         parts_done = [s for s, _ in shard_calls] + ([MODEL_PART] if model_call else [])
@@ -665,7 +525,7 @@ class RedisStore(WeightStore):
         return writes
 
     def _delta_calls(self, delta: RowDelta, sources: Sequence[SourceRange]) -> dict[int, tuple[list[bytes], list[Any]]]:
-        """``_APPLY_DELTA_LUA``'s (keys, args) for every shard: its rows' changed positions, and the watermarks."""
+        """``lua/apply_delta.lua``'s (keys, args) for every shard: its rows' changed positions, and the watermarks."""
         n = len(delta)
         per_category = [delta.values[spec.name].shape[1] for spec in self._per_category]
         n_categories = per_category[0] if per_category else 0
@@ -710,7 +570,7 @@ class RedisStore(WeightStore):
     def _model_call(
         self, delta: RowDelta, sources: Sequence[SourceRange], seen: Mapping[str, np.ndarray]
     ) -> tuple[list[bytes], list[Any]]:
-        """``_APPLY_MODEL_LUA``'s (keys, args): counters, version, seen events and watermarks."""
+        """``lua/apply_model.lua``'s (keys, args): counters, version, seen events and watermarks."""
         keys: list[bytes] = [self._version_key.encode(), self._model_watermark_key]
         counters = []
         for name, amounts in delta.counters.items():
@@ -810,7 +670,7 @@ class RedisStore(WeightStore):
             ([self._count_keys[s], self._write_keys[s], *members], []) for s, members in groups.items()
         ]
         with _store_errors("deleting rows"):
-            deleted = int(sum(self._run_scripts(self._delete, calls)))
+            deleted = int(sum(self._run_scripts(self._scripts.delete, calls)))
             self.new_epoch(self.client)
         return deleted
 
