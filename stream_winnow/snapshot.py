@@ -95,7 +95,7 @@ def _counter_names(store: WeightStore) -> list[str]:
     if isinstance(store, MemoryStore):
         names.update(store._counters)
     elif isinstance(store, RedisStore):
-        prefix = (store._meta_prefix + "counter:").encode()
+        prefix = store.keys.counter_key("").encode()
         names.update(key[len(prefix) :].decode() for key in store._scan(prefix + b"*"))
     return sorted(names)
 
@@ -201,7 +201,7 @@ def _write_redis(store: RedisStore, snapshot: Snapshot) -> None:
         block = store.packed_rows({k: v[start : start + _REDIS_CHUNK_ROWS] for k, v in snapshot.values.items()},
                                   n_categories)  # fmt: skip
         shards = ids % store.shards
-        keys = store._row_keys(ids.tolist(), shards.tolist())
+        keys = store.keys.row_keys(ids.tolist(), shards.tolist())
         groups: dict[int, list[int]] = {}
         for i, s in enumerate(shards.tolist()):
             groups.setdefault(s, []).append(i)
@@ -216,14 +216,14 @@ def _write_redis(store: RedisStore, snapshot: Snapshot) -> None:
         pipe.execute()
     pipe = client.pipeline(transaction=False) if not store.is_cluster else client.pipeline()
     for s in np.flatnonzero(created).tolist():
-        pipe.incrby(store._count_keys[s], int(created[s]))
-        pipe.incr(store._write_keys[s])  # rows written outside the scripts: row caches must see it
+        pipe.incrby(store.keys.count_keys[s], int(created[s]))
+        pipe.incr(store.keys.write_keys[s])  # rows written outside the scripts: row caches must see it
     for name, amounts in snapshot.counters.items():
         if not amounts:
             continue
         # repr of a float64 parses back to the same float64: counters round-trip exactly.
-        pipe.hset(store._meta_prefix + "counter:" + name, mapping={k: repr(float(v)) for k, v in amounts.items()})
-    pipe.set(store._version_key, snapshot.version)
+        pipe.hset(store.keys.counter_key(name), mapping={k: repr(float(v)) for k, v in amounts.items()})
+    pipe.set(store.keys.version_key, snapshot.version)
     store.new_epoch(pipe)
     pipe.execute()
 

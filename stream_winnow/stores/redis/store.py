@@ -38,7 +38,6 @@ float32 values (within 6e-8 relative of what ``MemoryStore`` holds per update).
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -59,13 +58,12 @@ from stream_winnow.errors import ConfigError, StoreError
 from stream_winnow.stores.base import MODEL_PART, RowSnapshot, RowUpdate, StaleWatermark, TableSpec, Update, WeightStore
 from stream_winnow.stores.delta import RowDelta, SourceRange, fold_updates, identity_of
 from stream_winnow.stores.redis import scripts
+from stream_winnow.stores.redis.keys import ModelKeys, feature_id_of, hash_tag_of
 
 __all__ = ["RedisStore"]
 
 RedisClient = redis.Redis | RedisCluster
 
-# Model names become part of keys and hash tags: no braces (hash tags), no colons (key separator), no glob chars.
-_MODEL_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 # A shard script over a few hundred rows runs in about a millisecond; a 5 s silence means a stuck or
 # unreachable server, and the worker should rather retry (StoreError) than wait.
 _DEFAULT_SOCKET_TIMEOUT_S = 5.0
@@ -74,8 +72,6 @@ _DEFAULT_CONNECT_TIMEOUT_S = 2.0
 _SEEN_WINDOW = 100_000
 # Keys asked per SCAN call: large enough that a scan of a million keys takes ~1000 round trips.
 _SCAN_COUNT = 1000
-# Row keys remembered per store (about 100 bytes each): far more than a model's features, bounded anyway.
-_ROW_KEY_CACHE = 2_000_000
 # Keys per DEL in drop_model.
 _DELETE_BATCH = 1000
 # A script error that means "this model name holds another model" rather than "Redis is unwell".
@@ -102,10 +98,7 @@ class RedisStore(WeightStore):
         categories_max_staleness_ms: int = 0,
     ) -> None:
         super().__init__(tables)
-        if not _MODEL_NAME.fullmatch(model):
-            raise ConfigError(f"model name must match {_MODEL_NAME.pattern}; got {model!r}")
-        if not 1 <= shards <= 16384:
-            raise ConfigError(f"shards must be in 1..16384; got {shards}")
+        self.keys = ModelKeys(model, shards)
         if seen_window < 1:
             raise ConfigError(f"seen_window must be >= 1; got {seen_window}")
         if categories_max_staleness_ms < 0:
@@ -134,28 +127,14 @@ class RedisStore(WeightStore):
         self._highs = [float(spec.bounds.high) for spec in pattern]
         self._inits = [float(spec.initial) for spec in pattern]
 
-        self._shard_prefix = [f"sw:{{{model}:{s}}}:".encode() for s in range(shards)]
-        self._count_keys = [prefix + b"n" for prefix in self._shard_prefix]
-        # Per shard, a counter every row write bumps: a row cache knows its rows of the shard exact while it holds.
-        self._write_keys = [prefix + b"w" for prefix in self._shard_prefix]
-        meta = f"sw:{{{model}}}:"
-        self._meta_prefix = meta
-        self._categories_key = meta + "categories"
-        self._columns_key = meta + "columns"
-        self._layout_key = meta + "layout"
-        self._metadata_key = meta + "metadata"
-        self._version_key = meta + "version"
-        self._epoch_key = meta + "epoch"
-        self._model_watermark_key = (meta + "wm").encode()
         # What part_writes asks a single node, once a batch.
         self._counters_request = [
-            [b"MGET", self._version_key.encode(), self._epoch_key.encode(), *self._write_keys],
-            [b"LLEN", self._categories_key.encode()],
+            [b"MGET", self.keys.version_key.encode(), self.keys.epoch_key.encode(), *self.keys.write_keys],
+            [b"LLEN", self.keys.categories_key.encode()],
         ]
 
         self._scripts = scripts.register(client)
 
-        self._row_keys_cache: dict[int, bytes] = {}
         self._categories: list[str] = []
         self._categories_tuple: tuple[str, ...] = ()
         self._column: dict[str, int] = {}
@@ -219,11 +198,7 @@ class RedisStore(WeightStore):
     def close(self) -> None:
         self.client.close()
 
-    # -- keys ------------------------------------------------------------------------------------------
-    def _row_keys(self, feature_ids: Sequence[int], shards: Sequence[int]) -> list[bytes]:
-        prefix = self._shard_prefix
-        return [prefix[s] + b"f:%d" % f for f, s in zip(feature_ids, shards, strict=True)]
-
+    # -- rows ------------------------------------------------------------------------------------------
     def _initial_row(self, n_categories: int) -> np.ndarray:
         row = self._initial_rows.get(n_categories)
         if row is None:
@@ -255,7 +230,7 @@ class RedisStore(WeightStore):
 
     def _reload_categories(self) -> None:
         with _store_errors("reading categories"):
-            names = self.client.lrange(self._categories_key, 0, -1)
+            names = self.client.lrange(self.keys.categories_key, 0, -1)
         self._categories, self._column, self._categories_tuple = [], {}, ()
         self._extend_categories(names)
 
@@ -263,7 +238,7 @@ class RedisStore(WeightStore):
         column = self._column
         if all(name in column for name in names):  # columns never change: no round trip
             return np.array([column[n] for n in names], dtype=np.intp)
-        keys = [self._categories_key, self._columns_key, self._layout_key]
+        keys = [self.keys.categories_key, self.keys.columns_key, self.keys.layout_key]
         with _store_errors("creating categories"):
             columns, tail = self._scripts.ensure_categories(keys, [self._layout, len(self._categories), *names])
         self._extend_categories(tail)
@@ -281,7 +256,7 @@ class RedisStore(WeightStore):
         """``_fetch``, and with ``writes`` each shard's write counter read atomically with its rows."""
         ids = feature_ids.tolist()
         shards = (feature_ids % self.shards).tolist()
-        keys = self._row_keys(ids, shards)
+        keys = self.keys.row_keys(ids, shards)
         counters: dict[int, int] = {}
         with _store_errors("reading rows"):
             if isinstance(self.client, RedisCluster):
@@ -291,9 +266,9 @@ class RedisStore(WeightStore):
                     groups.setdefault(s, []).append(i)
                 pipe = self.client.pipeline()
                 for s, members in groups.items():  # one MGET per shard: its rows and counter read atomically
-                    group_keys = [keys[i] for i in members] + ([self._write_keys[s]] if writes else [])
+                    group_keys = [keys[i] for i in members] + ([self.keys.write_keys[s]] if writes else [])
                     pipe.execute_command("MGET", *group_keys, **self._route(group_keys[0]))
-                pipe.llen(self._categories_key)
+                pipe.llen(self.keys.categories_key)
                 *replies, n_categories = pipe.execute()
                 for (s, members), values in zip(groups.items(), replies, strict=True):
                     if writes:
@@ -304,8 +279,8 @@ class RedisStore(WeightStore):
             else:
                 present = sorted(set(shards)) if writes else []
                 pipe = self.client.pipeline(transaction=False)
-                pipe.execute_command("MGET", *keys, *(self._write_keys[s] for s in present))
-                pipe.llen(self._categories_key)
+                pipe.execute_command("MGET", *keys, *(self.keys.write_keys[s] for s in present))
+                pipe.llen(self.keys.categories_key)
                 rows, n_categories = pipe.execute()
                 if present:
                     counters = {s: int(c or 0) for s, c in zip(present, rows[len(keys) :], strict=True)}
@@ -316,7 +291,7 @@ class RedisStore(WeightStore):
 
     def _refresh_now(self) -> None:
         with _store_errors("reading categories"):
-            tail = self.client.lrange(self._categories_key, len(self._categories), -1)
+            tail = self.client.lrange(self.keys.categories_key, len(self._categories), -1)
         self._extend_categories(tail)
 
     def _decode(self, rows: Sequence[bytes | None]) -> np.ndarray:
@@ -403,11 +378,11 @@ class RedisStore(WeightStore):
     def _cluster_part_writes(self) -> tuple[int, bytes | None, np.ndarray]:
         with _store_errors("reading the write counters"):
             pipe = self.client.pipeline()
-            pipe.execute_command("MGET", self._version_key, self._epoch_key,
-                                 **self._route(self._version_key.encode()))  # fmt: skip
-            for key in self._write_keys:  # one slot per shard
+            pipe.execute_command("MGET", self.keys.version_key, self.keys.epoch_key,
+                                 **self._route(self.keys.version_key.encode()))  # fmt: skip
+            for key in self.keys.write_keys:  # one slot per shard
                 pipe.get(key)
-            pipe.llen(self._categories_key)
+            pipe.llen(self.keys.categories_key)
             (version, epoch), *counters, n_categories = pipe.execute()
         return self._part_writes_from(version, epoch, counters, n_categories)
 
@@ -437,17 +412,11 @@ class RedisStore(WeightStore):
     def n_parts(self) -> int:
         return self.shards
 
-    def _watermark_key(self, part: int) -> bytes:
-        return self._model_watermark_key if part == MODEL_PART else self._shard_prefix[part] + b"wm"
-
-    def _seen_key(self, source: str) -> bytes:
-        return (self._meta_prefix + "seen:" + source).encode()
-
     def watermarks(self, sources: Sequence[str]) -> dict[str, np.ndarray]:
         if not sources:
             return {}
         fields = [source.encode() for source in sources]
-        keys = [self._watermark_key(part) for part in [*range(self.shards), MODEL_PART]]
+        keys = [self.keys.watermark_key(part) for part in [*range(self.shards), MODEL_PART]]
         with _store_errors("reading watermarks"):
             replies = self._each_key([[b"HMGET", key, *fields] for key in keys])
         return {
@@ -456,9 +425,9 @@ class RedisStore(WeightStore):
         }
 
     def seen_events(self, source: str) -> np.ndarray:
-        key = self._seen_key(source)
+        key = self.keys.seen_key(source)
         with _store_errors("reading seen events"):
-            ring, seen = self._each_key([[b"GET", key], [b"HGET", self._model_watermark_key, f"{source}#n".encode()]])
+            ring, seen = self._each_key([[b"GET", key], [b"HGET", self.keys.model_watermark_key, f"{source}#n".encode()]])
         n = min(int(seen or 0), len(ring or b"") // 8)
         return np.frombuffer(ring or b"", dtype="<u8")[:n].astype(np.uint64)
 
@@ -555,13 +524,13 @@ class RedisStore(WeightStore):
         id_list, shard_list, start_list, end_list = ids.tolist(), shard_of.tolist(), starts.tolist(), ends.tolist()
         for i in touched.tolist():
             keys, changes = by_shard[shard_list[i]]
-            keys.append(self._row_key(shard_list[i], id_list[i]))
+            keys.append(self.keys.row_key(shard_list[i], id_list[i]))
             changes.append(packed[start_list[i] : end_list[i]])
         layout = [self._g, self._t, self._combine, self._lows, self._highs, self._inits]
         template = self._initial_row(n_categories).astype("<f4").tobytes()
         return {
             s: (
-                [self._count_keys[s], self._write_keys[s], self._watermark_key(s), *keys],
+                [self.keys.count_keys[s], self.keys.write_keys[s], self.keys.watermark_key(s), *keys],
                 [msgpack.packb([*layout, [[m.source, m.expected[s], m.last] for m in sources]]), template, *changes],
             )
             for s, (keys, changes) in by_shard.items()
@@ -571,30 +540,22 @@ class RedisStore(WeightStore):
         self, delta: RowDelta, sources: Sequence[SourceRange], seen: Mapping[str, np.ndarray]
     ) -> tuple[list[bytes], list[Any]]:
         """``lua/apply_model.lua``'s (keys, args): counters, version, seen events and watermarks."""
-        keys: list[bytes] = [self._version_key.encode(), self._model_watermark_key]
+        keys: list[bytes] = [self.keys.version_key.encode(), self.keys.model_watermark_key]
         counters = []
         for name, amounts in delta.counters.items():
-            keys.append((self._meta_prefix + "counter:" + name).encode())
+            keys.append(self.keys.counter_key(name).encode())
             counters += [[len(keys), key, f"{amount:.17g}"] for key, amount in amounts.items()]
         marks, rings = [], []
         for mark in sources:
             hashes = seen.get(mark.source)
             ring_at = 0
             if hashes is not None and len(hashes):
-                keys.append(self._seen_key(mark.source))
+                keys.append(self.keys.seen_key(mark.source))
                 ring_at = len(keys)
                 rings.append(np.asarray(hashes, dtype="<u8").tobytes())
             marks.append([mark.source, mark.expected[MODEL_PART], mark.last, ring_at])
         plan = msgpack.packb([int(delta.changed_events), counters, marks, self.seen_window])
         return keys, [plan, *rings]
-
-    def _row_key(self, shard: int, feature_id: int) -> bytes:
-        key = self._row_keys_cache.get(feature_id)
-        if key is None:
-            if len(self._row_keys_cache) > _ROW_KEY_CACHE:
-                self._row_keys_cache.clear()
-            key = self._row_keys_cache[feature_id] = self._shard_prefix[shard] + b"f:%d" % feature_id
-        return key
 
     def _run_scripts(
         self, script: Script | Sequence[Script], calls: Sequence[tuple[Sequence[Any], Sequence[Any]]], *, at_once: bool = False
@@ -654,7 +615,7 @@ class RedisStore(WeightStore):
 
     def counters(self, name: str) -> dict[str, float]:
         with _store_errors("reading counters"):
-            raw = self.client.hgetall(self._meta_prefix + "counter:" + name)
+            raw = self.client.hgetall(self.keys.counter_key(name))
         return {_text(key): float(value) for key, value in raw.items()}
 
     def delete(self, feature_ids: np.ndarray) -> int:
@@ -662,12 +623,12 @@ class RedisStore(WeightStore):
         if not len(ids):
             return 0
         shards = (ids % self.shards).tolist()
-        keys = self._row_keys(ids.tolist(), shards)
+        keys = self.keys.row_keys(ids.tolist(), shards)
         groups: dict[int, list[bytes]] = {}
         for s, key in zip(shards, keys, strict=True):
             groups.setdefault(s, []).append(key)
         calls: list[tuple[list[bytes], list[Any]]] = [
-            ([self._count_keys[s], self._write_keys[s], *members], []) for s, members in groups.items()
+            ([self.keys.count_keys[s], self.keys.write_keys[s], *members], []) for s, members in groups.items()
         ]
         with _store_errors("deleting rows"):
             deleted = int(sum(self._run_scripts(self._scripts.delete, calls)))
@@ -705,8 +666,8 @@ class RedisStore(WeightStore):
                 return None
             return array[stored], self._split(self._decode([rows[i] for i in stored]))
 
-        for key in self._scan(f"sw:{{{self.model}:*}}:f:*".encode()):
-            fid = int(key.rsplit(b":", 1)[1])
+        for key in self._scan(self.keys.rows_pattern):
+            fid = feature_id_of(key)
             if fid in seen:
                 continue
             seen.add(fid)
@@ -724,14 +685,14 @@ class RedisStore(WeightStore):
     def n_features(self) -> int:
         with _store_errors("counting rows"):
             if isinstance(self.client, RedisCluster):
-                counts = self.client.mget_nonatomic(self._count_keys)
+                counts = self.client.mget_nonatomic(self.keys.count_keys)
             else:
-                counts = self.client.mget(self._count_keys)
+                counts = self.client.mget(self.keys.count_keys)
         return sum(int(c) for c in counts if c is not None)
 
     def new_epoch(self, client: Any) -> None:
         """Record (on ``client``, or a pipeline of it) that rows changed without a new version."""
-        client.set(self._epoch_key, uuid.uuid4().hex)
+        client.set(self.keys.epoch_key, uuid.uuid4().hex)
 
     def row_state(self) -> tuple[int, bytes | None]:
         """(version, epoch): equal in two calls only if no row changed in between.
@@ -742,8 +703,8 @@ class RedisStore(WeightStore):
         """
         with _store_errors("reading the version"):
             pipe = self.client.pipeline(transaction=False) if not self.is_cluster else self.client.pipeline()
-            pipe.execute_command("MGET", self._version_key, self._epoch_key, **self._route(self._version_key.encode()))
-            pipe.llen(self._categories_key)
+            pipe.execute_command("MGET", self.keys.version_key, self.keys.epoch_key, **self._route(self.keys.version_key.encode()))
+            pipe.llen(self.keys.categories_key)
             (version, epoch), n_categories = pipe.execute()
         if n_categories > len(self._categories):
             self._refresh_now()
@@ -752,34 +713,34 @@ class RedisStore(WeightStore):
     @property
     def version(self) -> int:
         with _store_errors("reading the version"):
-            value = self.client.get(self._version_key)
+            value = self.client.get(self.keys.version_key)
         return int(value) if value is not None else 0
 
     # -- model metadata --------------------------------------------------------------------------------
     def metadata(self) -> dict[str, str]:
         with _store_errors("reading metadata"):
-            raw = self.client.hgetall(self._metadata_key)
+            raw = self.client.hgetall(self.keys.metadata_key)
         return {_text(key): _text(value) for key, value in raw.items()}
 
     def set_metadata(self, values: Mapping[str, str]) -> None:
         if not values:
             return
         with _store_errors("writing metadata"):
-            self.client.hset(self._metadata_key, mapping={k: v for k, v in values.items()})
+            self.client.hset(self.keys.metadata_key, mapping={k: v for k, v in values.items()})
 
     # -- the model as a whole --------------------------------------------------------------------------
     def model_keys(self) -> list[bytes]:
         """Every key of this model (rows, counts, markers, categories, ...), e.g. for MEMORY USAGE."""
         keys: set[bytes] = set()
-        for pattern in (f"sw:{{{self.model}}}:*", f"sw:{{{self.model}:*}}:*"):
-            keys.update(self._scan(pattern.encode()))
+        for pattern in self.keys.model_patterns:
+            keys.update(self._scan(pattern))
         return sorted(keys)
 
     def drop_model(self) -> int:
         """Delete every key of this model; returns how many were deleted. Other instances must be rebuilt."""
         groups: dict[bytes, list[bytes]] = {}
         for key in self.model_keys():
-            groups.setdefault(key[key.index(b"{") : key.index(b"}") + 1], []).append(key)
+            groups.setdefault(hash_tag_of(key), []).append(key)
         deleted = 0
         with _store_errors("dropping the model"):
             pipe = self.client.pipeline(transaction=False) if not self.is_cluster else self.client.pipeline()
