@@ -44,6 +44,7 @@ from stream_winnow.learners.naive_bayes import DOCS_COUNTER, TOKENS_COUNTER
 from stream_winnow.stores.base import Bounds, Combine, CounterUpdate, RowUpdate, TableSpec, WeightStore
 from stream_winnow.stores.memory import MemoryStore
 from stream_winnow.stores.redis import RedisStore
+from stream_winnow.stores.redis.cluster import pipeline, scan
 
 __all__ = [
     "SNAPSHOT_FORMATS",
@@ -96,7 +97,7 @@ def _counter_names(store: WeightStore) -> list[str]:
         names.update(store._counters)
     elif isinstance(store, RedisStore):
         prefix = store.keys.counter_key("").encode()
-        names.update(key[len(prefix) :].decode() for key in store._scan(prefix + b"*"))
+        names.update(key[len(prefix) :].decode() for key in scan(store.client, prefix + b"*"))
     return sorted(names)
 
 
@@ -205,7 +206,7 @@ def _write_redis(store: RedisStore, snapshot: Snapshot) -> None:
         groups: dict[int, list[int]] = {}
         for i, s in enumerate(shards.tolist()):
             groups.setdefault(s, []).append(i)
-        pipe = client.pipeline(transaction=False) if not store.is_cluster else client.pipeline()
+        pipe = pipeline(client)
         for s, members in groups.items():
             created[s] += len(members)
             for first in range(0, len(members), _REDIS_MSET_KEYS):
@@ -214,7 +215,7 @@ def _write_redis(store: RedisStore, snapshot: Snapshot) -> None:
                     pairs += [keys[i], block[i].tobytes()]
                 pipe.execute_command("MSET", *pairs)
         pipe.execute()
-    pipe = client.pipeline(transaction=False) if not store.is_cluster else client.pipeline()
+    pipe = pipeline(client)
     for s in np.flatnonzero(created).tolist():
         pipe.incrby(store.keys.count_keys[s], int(created[s]))
         pipe.incr(store.keys.write_keys[s])  # rows written outside the scripts: row caches must see it
