@@ -44,6 +44,7 @@ from stream_winnow.learners.naive_bayes import DOCS_COUNTER, TOKENS_COUNTER
 from stream_winnow.stores.base import Bounds, Combine, CounterUpdate, RowUpdate, TableSpec, WeightStore
 from stream_winnow.stores.memory import MemoryStore
 from stream_winnow.stores.redis import RedisStore
+from stream_winnow.stores.redis.cluster import pipeline, scan
 
 __all__ = [
     "SNAPSHOT_FORMATS",
@@ -95,8 +96,8 @@ def _counter_names(store: WeightStore) -> list[str]:
     if isinstance(store, MemoryStore):
         names.update(store._counters)
     elif isinstance(store, RedisStore):
-        prefix = (store._meta_prefix + "counter:").encode()
-        names.update(key[len(prefix) :].decode() for key in store._scan(prefix + b"*"))
+        prefix = store.keys.counter_key("").encode()
+        names.update(key[len(prefix) :].decode() for key in scan(store.client, prefix + b"*"))
     return sorted(names)
 
 
@@ -201,11 +202,11 @@ def _write_redis(store: RedisStore, snapshot: Snapshot) -> None:
         block = store.packed_rows({k: v[start : start + _REDIS_CHUNK_ROWS] for k, v in snapshot.values.items()},
                                   n_categories)  # fmt: skip
         shards = ids % store.shards
-        keys = store._row_keys(ids.tolist(), shards.tolist())
+        keys = store.keys.row_keys(ids.tolist(), shards.tolist())
         groups: dict[int, list[int]] = {}
         for i, s in enumerate(shards.tolist()):
             groups.setdefault(s, []).append(i)
-        pipe = client.pipeline(transaction=False) if not store.is_cluster else client.pipeline()
+        pipe = pipeline(client)
         for s, members in groups.items():
             created[s] += len(members)
             for first in range(0, len(members), _REDIS_MSET_KEYS):
@@ -214,16 +215,16 @@ def _write_redis(store: RedisStore, snapshot: Snapshot) -> None:
                     pairs += [keys[i], block[i].tobytes()]
                 pipe.execute_command("MSET", *pairs)
         pipe.execute()
-    pipe = client.pipeline(transaction=False) if not store.is_cluster else client.pipeline()
+    pipe = pipeline(client)
     for s in np.flatnonzero(created).tolist():
-        pipe.incrby(store._count_keys[s], int(created[s]))
-        pipe.incr(store._write_keys[s])  # rows written outside the scripts: row caches must see it
+        pipe.incrby(store.keys.count_keys[s], int(created[s]))
+        pipe.incr(store.keys.write_keys[s])  # rows written outside the scripts: row caches must see it
     for name, amounts in snapshot.counters.items():
         if not amounts:
             continue
         # repr of a float64 parses back to the same float64: counters round-trip exactly.
-        pipe.hset(store._meta_prefix + "counter:" + name, mapping={k: repr(float(v)) for k, v in amounts.items()})
-    pipe.set(store._version_key, snapshot.version)
+        pipe.hset(store.keys.counter_key(name), mapping={k: repr(float(v)) for k, v in amounts.items()})
+    pipe.set(store.keys.version_key, snapshot.version)
     store.new_epoch(pipe)
     pipe.execute()
 

@@ -167,8 +167,8 @@ def _write_row_behind_the_version(store: RedisStore, feature_id: int, value: flo
     """Another worker's row write whose model-level step (the version) has not run yet."""
     s = feature_id % store.shards
     row = np.array([[value, 1.0, 2.0, 1.0]], dtype="<f4")  # [earn: positive, negative | acq: ...]
-    store.client.set(store._row_key(s, feature_id), row.tobytes())
-    store.client.incr(store._write_keys[s])
+    store.client.set(store.keys.row_key(s, feature_id), row.tobytes())
+    store.client.incr(store.keys.write_keys[s])
 
 
 @pytest.fixture(params=["single", "cluster"])

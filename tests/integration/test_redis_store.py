@@ -260,7 +260,7 @@ def test_seen_events_are_a_ring_of_fixed_size(make_store: StoreFactory) -> None:
     assert sorted(store.seen_events("labels:0").tolist()) == [1, 2, 3]
     store.apply_delta(empty, [_from(store, 7, expected=3)], {"labels:0": np.arange(4, 9, dtype=np.uint64)})
     assert sorted(store.seen_events("labels:0").tolist()) == [4, 5, 6, 7, 8]
-    ring = store.client.get(store._seen_key("labels:0"))
+    ring = store.client.get(store.keys.seen_key("labels:0"))
     assert len(ring) == 5 * 8  # the window, however many events went by
     assert store.seen_events("labels:1").tolist() == []
 
