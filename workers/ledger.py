@@ -137,7 +137,7 @@ class OffsetLedger:
                 known[:] = mark.last
             else:
                 known[[p if p >= 0 else len(known) - 1 for p in parts]] = mark.last
-        limit = 2 * getattr(self.store, "seen_window", 100_000)
+        limit = 2 * self.store.seen_window
         for source, hashes in seen.items():
             kept = self._seen.get(source)
             if kept is not None:

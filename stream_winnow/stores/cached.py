@@ -40,6 +40,7 @@ class CachedStore(WeightStore):
     def __init__(self, inner: WeightStore, max_staleness_ms: int = 0, max_bytes: int = 256 * 2**20) -> None:
         super().__init__(list(inner.tables.values()))
         self.inner = inner
+        self.seen_window = inner.seen_window
         self.max_staleness_ms = max_staleness_ms
         # Rows are float64, one value per table and category: 1,448 bytes a row for Balanced Winnow at
         # 90 categories, so 256 MiB holds about 185,000 rows (Reuters' model has 26,413). A full cache

@@ -48,7 +48,6 @@ class MemoryStore(WeightStore):
         self._layout(max(rows, 1), max(categories, 1))
         self._watermarks: dict[str, int] = {}
         self._seen: dict[str, list[int]] = {}
-        self.seen_window = 100_000
         self._version = 0
         self._metadata: dict[str, str] = {}
         self._counters: dict[str, dict[str, float]] = {}

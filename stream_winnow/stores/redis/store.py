@@ -17,7 +17,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.stores.base import RowSnapshot, RowUpdate, TableSpec, Update, WeightStore
+from stream_winnow.stores.base import SEEN_WINDOW, RowSnapshot, RowUpdate, TableSpec, Update, WeightStore
 from stream_winnow.stores.delta import RowDelta, SourceRange, fold_updates
 from stream_winnow.stores.redis import reads, scripts, writes
 from stream_winnow.stores.redis.cluster import RedisClient, pipeline, scan
@@ -32,8 +32,6 @@ __all__ = ["RedisStore"]
 # unreachable server, and the worker should rather retry (StoreError) than wait.
 _DEFAULT_SOCKET_TIMEOUT_S = 5.0
 _DEFAULT_CONNECT_TIMEOUT_S = 2.0
-# Events remembered per input partition to recognise a resent duplicate: 8 bytes each, 800 KB a partition.
-_SEEN_WINDOW = 100_000
 # Keys per DEL in drop_model.
 _DELETE_BATCH = 1000
 
@@ -52,7 +50,7 @@ class RedisStore(WeightStore):
         model: str,
         tables: Sequence[TableSpec],
         shards: int = 16,
-        seen_window: int = _SEEN_WINDOW,
+        seen_window: int = SEEN_WINDOW,
         *,
         categories_max_staleness_ms: int = 0,
     ) -> None:
@@ -90,7 +88,7 @@ class RedisStore(WeightStore):
         shards: int = 16,
         cluster: bool | None = None,
         *,
-        seen_window: int = _SEEN_WINDOW,
+        seen_window: int = SEEN_WINDOW,
         categories_max_staleness_ms: int = 0,
         **redis_kwargs: Any,
     ) -> RedisStore:
