@@ -135,7 +135,8 @@ def _results(summary: dict[int, Any]) -> dict[str, Any]:
         "command": "python -m benchmarks.scale --workers 1,2", "corpus": "test corpus", "redis": "single-node Redis",
         "partitions": 4, "kafka_client": "confluent", "learner": "balanced-winnow", "window": 2000, "repeats": 3,
         "cpus": 2, "load_average_start": 0.5, "load_average_end": 1.5,
-        "in_process": {"strict_micro_f1": 0.79, "prequential_micro_f1": 0.6, "test_micro_f1": 0.81}, "summary": summary, "ratios": ratios(summary),
+        "in_process": {"strict_micro_f1": 0.79, "prequential_micro_f1": 0.6,
+                       "prequential_past_window_micro_f1": 0.7, "test_micro_f1": 0.81}, "summary": summary, "ratios": ratios(summary),
         "pods_per_redis_node": 12.5,
     }  # fmt: skip
 
@@ -149,7 +150,7 @@ def test_the_table_has_a_row_per_worker_count_and_the_ratios() -> None:
     assert header.count("|") == len(FIGURES) + 3  # workers, runs, every figure
     row = next(line for line in lines if line.startswith("| 1 | 3/3 | 2,000 (1,800–2,200)"))
     assert "40.0 (38.0–44.0)" in row
-    assert "prequential micro-F1 0.6000 with the window's delay (0.7900 strict), test micro-F1 0.8100" in text
+    assert "prequential micro-F1 0.6000 with the window's delay (0.7000 past the first window, 0.7900 strict), test micro-F1 0.8100" in text
     assert any(line.startswith("| 2 | 1.50 | 0.75 | 1.00 | 2.00 |") for line in lines)
     assert "**12.5**" in text
 
@@ -169,7 +170,7 @@ def test_a_failed_run_is_counted_and_quoted() -> None:
 @pytest.mark.slow
 @pytest.mark.integration
 def test_one_worker_over_a_small_synthetic_stream_counts_every_label() -> None:
-    config = ScaleConfig(synthetic=300, workers=(1,), repeats=1, timeout_s=120.0, command="pytest")
+    config = ScaleConfig(synthetic=300, workers=(1,), repeats=1, window=100, timeout_s=120.0, command="pytest")
     results = json.loads(json.dumps(run_scale(config), default=str))  # what --json prints
     assert {"command", "config", "corpus", "runs", "summary", "ratios", "pods_per_redis_node",
             "in_process"} <= set(results)  # fmt: skip
