@@ -15,14 +15,12 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
@@ -36,8 +34,10 @@ from stream_winnow.codec import (
     encode_document,
     encode_labelled_event,
 )
+from stream_winnow.datasets.labelled_jsonl import FileDocument, read_jsonl_documents
 from stream_winnow.documents import LabelledDocument
-from stream_winnow.errors import CodecError, ConfigError, TransportError
+from stream_winnow.errors import CodecError, ConfigError, DataFormatError, TransportError
+from workers import local_state
 from workers.cli_service import env, option
 from workers.config import Topics
 from workers.demo import (
@@ -50,6 +50,7 @@ from workers.demo import (
     preferred_port,
     run_demo,
 )
+from workers.interrupts import exit_code
 from workers.transport import KafkaSettings, Producer, make_producer
 
 _TOPIC_DEFAULTS = Topics()
@@ -103,28 +104,29 @@ def up(broker_port: int | None, redis_port: int | None, partitions: int) -> None
     Creates the topics and prints `export` lines for the other commands. Everything
     is lost when it stops.
     """
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     with local_services(
         partitions,
-        preferred_port(broker_port, DEFAULT_BROKER_PORT),
-        preferred_port(redis_port, DEFAULT_REDIS_PORT),
+        preferred_port(broker_port, DEFAULT_BROKER_PORT, "--broker-port"),
+        preferred_port(redis_port, DEFAULT_REDIS_PORT, "--redis-port"),
     ) as (broker, redis_server):
+        local_state.record(local_state.LocalServices(os.getpid(), broker.bootstrap_servers, redis_server.url))
         click.echo(exports(broker.bootstrap_servers, redis_server.url), nl=False)
         sys.stdout.flush()
         click.echo(
             f"# broker (Tansu, memory storage) on {broker.bootstrap_servers}, Redis on {redis_server.url}; topics "
-            f"documents, labels, decisions ({partitions} partitions), dead-letters (1). Ctrl-C stops both.",
+            f"documents, labels, decisions ({partitions} partitions), dead-letters (1). Other stream-winnow "
+            "commands on this machine use them by default. Ctrl-C stops both.",
             err=True,
         )
-        while not stop.wait(1.0):
-            pass
-        click.echo("# stopping the broker and Redis", err=True)
+        try:
+            while True:
+                time.sleep(1.0)
+        except KeyboardInterrupt as interrupt:
+            click.echo("# stopping the broker and Redis", err=True)
+            code = exit_code(interrupt)
+        finally:
+            local_state.forget()
+    sys.exit(code)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -133,13 +135,16 @@ def up(broker_port: int | None, redis_port: int | None, partitions: int) -> None
 
 @click.command("produce")
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Labelled JSON Lines (id, tokens or text, labels).")
+              help="JSON Lines: id, tokens or text, and labels when known (see the README's input format).")
 @click.option("--synthetic", type=click.IntRange(min=1), default=None,
               help="Instead of --input: this many documents of the built-in synthetic news stream.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --synthetic.")
 @click.option("--labels-delay", "labels_delay_docs", type=click.IntRange(min=0), default=0, show_default=True,
               help="Send each label this many documents after its document (0: right after it).")
-@click.option("--with-labels", is_flag=True, help="Send labelled documents instead of separate labelled events.")
+@click.option("--with-labels", is_flag=True, help="Send each labelled line as one labelled document instead.")
+@click.option("--labels-only", is_flag=True,
+              help="Send only the labels, for documents sent earlier (lines need id and labels; tokens are "
+                   "taken from the workers' document cache).")
 @click.option("--rate", "rate_docs_per_s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Documents per second at most [default: as fast as possible].")
 @click.option("--documents-topic", "--topic", "documents_topic", envvar=env("--documents-topic"), show_envvar=True,
@@ -155,6 +160,7 @@ def produce(
     seed: int,
     labels_delay_docs: int,
     with_labels: bool,
+    labels_only: bool,
     rate_docs_per_s: float | None,
     documents_topic: str,
     labels_topic: str,
@@ -162,64 +168,104 @@ def produce(
     quiet: bool,
     **flags: Any,
 ) -> None:
-    """Send documents without their labels, then each label as a labelled event (event id label:<id>).
+    """Send documents to be scored and, for the lines with labels, their labelled events.
 
-    Messages are keyed by document id and carry `ts` (epoch ms). A labelled event has no
-    tokens: the worker takes them from its document cache.
+    A line with ``labels`` goes to the documents topic without them and, ``--labels-delay``
+    documents later, to the labels topic as event ``label:<id>`` with its tokens, so learning
+    never waits for the workers' document cache. A line without ``labels`` is only scored;
+    ``"labels": []`` says it belongs to no category. Messages are keyed by document id and
+    carry ``ts`` (epoch ms). The whole file is checked before the first message is sent.
     """
     if (input_path is None) == (synthetic is None):
         raise click.UsageError("give --input FILE or --synthetic N")
+    if labels_only and with_labels:
+        raise click.UsageError("--labels-only and --with-labels exclude each other")
+    counted = _checked(input_path, synthetic, labels_only)
     settings = _kafka_settings(flags, "stream-winnow-produce")
-    docs, total = _documents(input_path, synthetic, seed)
     producer = make_producer(settings, kafka_client)  # type: ignore[arg-type]
     sent_docs = sent_labels = 0
     started = time.monotonic()
     try:
-        with _progress_bar(total, quiet) as bar:
+        with _progress_bar(counted.lines, quiet) as bar:
             delayed: deque[LabelledDocument] = deque()
-            for doc in docs:
+            for line in _lines(input_path, synthetic, seed, labels_only):
+                doc = line.doc
+                if labels_only:
+                    _send_label(producer, labels_topic, doc, with_tokens=False)
+                    sent_labels += 1
+                    bar.update(1)
+                    continue
                 if rate_docs_per_s is not None:
                     ahead_s = started + sent_docs / rate_docs_per_s - time.monotonic()
                     if ahead_s > 0:
                         time.sleep(ahead_s)
-                message = DocumentMessage(doc.id, doc.tokens, doc.labels if with_labels else None, now_ms())
+                labels = doc.labels if with_labels and line.labelled else None
+                message = DocumentMessage(doc.id, doc.tokens, labels, now_ms())
                 producer.send(documents_topic, encode_document(message), key=doc.id.encode())
                 sent_docs += 1
                 bar.update(1)
-                if with_labels:
+                if with_labels or not line.labelled:
                     continue
                 delayed.append(doc)
                 if len(delayed) > labels_delay_docs:
-                    _send_label(producer, labels_topic, delayed.popleft())
+                    _send_label(producer, labels_topic, delayed.popleft(), with_tokens=True)
                     sent_labels += 1
             while delayed:
-                _send_label(producer, labels_topic, delayed.popleft())
+                _send_label(producer, labels_topic, delayed.popleft(), with_tokens=True)
                 sent_labels += 1
             producer.flush()
-    except CodecError as error:
-        raise ConfigError(f"document {sent_docs + 1} cannot be sent: {error}") from error
     finally:
         producer.close()
     seconds = time.monotonic() - started
-    click.echo(f"{sent_docs:,} documents to {documents_topic}, {sent_labels:,} labelled events to {labels_topic} "
-               f"in {seconds:.1f} s")  # fmt: skip
+    scored_only = "" if labels_only else f" ({counted.lines - counted.labelled:,} to be scored only)"
+    labelled_docs = f", {counted.labelled:,} of them labelled" if with_labels else ""
+    click.echo(f"{sent_docs:,} documents to {documents_topic}{scored_only}{labelled_docs}, {sent_labels:,} "
+               f"labelled events to {labels_topic} in {seconds:.1f} s")  # fmt: skip
 
 
-def _documents(input_path: Path | None, synthetic: int | None, seed: int) -> tuple[Iterator[LabelledDocument], int]:
+@dataclass(frozen=True)
+class _Counted:
+    """What a checked input holds: its lines, and how many of them carry labels."""
+
+    lines: int
+    labelled: int
+
+
+def _lines(input_path: Path | None, synthetic: int | None, seed: int, labels_only: bool) -> Iterator[FileDocument]:
     if synthetic is not None:
         from stream_winnow.synthetic import iter_synthetic
 
-        return iter_synthetic(synthetic, seed), synthetic
-    from stream_winnow.datasets import read_labelled_jsonl
-
+        for number, doc in enumerate(iter_synthetic(synthetic, seed), start=1):
+            yield FileDocument(doc, True, number)
+        return
     assert input_path is not None
-    with open(input_path, "rb") as lines:
-        total = sum(1 for line in lines if line.strip())
-    return read_labelled_jsonl(input_path), total
+    yield from read_jsonl_documents(input_path, tokens_required=not labels_only)
 
 
-def _send_label(producer: Producer, topic: str, doc: LabelledDocument) -> None:
-    event = LabelledEvent(f"label:{doc.id}", doc.id, doc.labels, None, now_ms())
+def _checked(input_path: Path | None, synthetic: int | None, labels_only: bool) -> _Counted:
+    """Read the whole input once, so a bad line stops ``produce`` before anything is sent."""
+    if synthetic is not None:
+        return _Counted(synthetic, synthetic)
+    lines = labelled = 0
+    for line in _lines(input_path, None, 0, labels_only):
+        lines += 1
+        labelled += line.labelled
+        if labels_only and not line.labelled:
+            raise DataFormatError(str(input_path), line.line_number, "missing 'labels': --labels-only sends labels")
+        try:  # the messages it will send, so a line the workers would dead-letter stops it here
+            if not labels_only:
+                encode_document(DocumentMessage(line.doc.id, line.doc.tokens, None, 0))
+            if line.labelled:
+                encode_labelled_event(LabelledEvent(f"label:{line.doc.id}", line.doc.id, line.doc.labels, None, 0))
+        except CodecError as error:
+            raise DataFormatError(str(input_path), line.line_number, str(error)) from None
+    if not lines:
+        raise DataFormatError(str(input_path), 1, "no documents: the file is empty")
+    return _Counted(lines, labelled)
+
+
+def _send_label(producer: Producer, topic: str, doc: LabelledDocument, *, with_tokens: bool) -> None:
+    event = LabelledEvent(f"label:{doc.id}", doc.id, doc.labels, doc.tokens if with_tokens else None, now_ms())
     producer.send(topic, encode_labelled_event(event), key=doc.id.encode())
 
 
@@ -358,17 +404,13 @@ def demo(ctx: click.Context, data: Path | None, workers: int, documents: int | N
     Exits 1 if some documents got no decision.
     """
 
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_sigterm)
     config = DemoConfig(data=data, workers=workers, documents=documents, labels_delay_docs=labels_delay_docs,
                         kafka_client=kafka_client, timeout_s=timeout_s, seed=seed)  # type: ignore[arg-type]  # fmt: skip
     try:
         result = run_demo(config)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         click.echo("interrupted; workers and services stopped", err=True)
-        ctx.exit(130)
+        ctx.exit(exit_code(interrupt))
     if result.missing:
         ctx.exit(1)
 

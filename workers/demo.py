@@ -7,8 +7,8 @@
         ─► each label, --labels-delay documents later, once its document was decided
 
 A label is sent only after its document's decision came back, so every decision
-is made before the model learned that document (prequential), and the document
-is always in the workers' cache when its label arrives. At most ``_WINDOW_DOCS_PER_WORKER``
+is made before the model learned that document (prequential); the labelled event
+carries the document's tokens, as ``produce`` sends it, so no label waits for the cache. At most ``_WINDOW_DOCS_PER_WORKER``
 documents per worker are in flight, which keeps the stream near real time: a document is
 decided soon after the labels before it were learned.
 """
@@ -96,10 +96,16 @@ def now_ms() -> int:
 # Services
 
 
-def preferred_port(port: int | None, preferred: int) -> int | None:
-    """The port to start a service on: ``None`` means ``preferred`` if free, else any; 0 means any."""
+def preferred_port(port: int | None, preferred: int, flag: str = "the port") -> int | None:
+    """The port to start a service on: ``None`` means ``preferred`` if free, else any; 0 means any.
+
+    A port asked for (``flag``) that something else listens on is a ``ConfigError``: the service
+    there is not ours, and pointing the other commands at it would mislead them.
+    """
     if port is None:
         return preferred if _port_is_free(preferred) else None
+    if port and not _port_is_free(port):
+        raise ConfigError(f"port {port} ({flag}) is taken by another process; free it, or give {flag} 0 for any")
     return port or None
 
 
@@ -535,7 +541,7 @@ def _stream(
                 doc = stream[sent_labels]
                 if doc.id not in scores.decided:
                     break
-                event = LabelledEvent(f"label:{doc.id}", doc.id, doc.labels, None, now_ms())
+                event = LabelledEvent(f"label:{doc.id}", doc.id, doc.labels, doc.tokens, now_ms())
                 producer.send(topics.labels, encode_labelled_event(event), key=doc.id.encode())
                 sent_labels += 1
             for records in consumer.poll(timeout_ms=_POLL_MS).values():
@@ -557,7 +563,7 @@ def _stream(
         # The labels of the last documents, now that every decision is in.
         while sent_labels < n and stream[sent_labels].id in scores.decided:
             doc = stream[sent_labels]
-            event = LabelledEvent(f"label:{doc.id}", doc.id, doc.labels, None, now_ms())
+            event = LabelledEvent(f"label:{doc.id}", doc.id, doc.labels, doc.tokens, now_ms())
             producer.send(topics.labels, encode_labelled_event(event), key=doc.id.encode())
             sent_labels += 1
         producer.flush()

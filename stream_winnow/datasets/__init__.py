@@ -4,7 +4,12 @@
 - ``reuters21578``: the Reuters-21578 SGML distribution and its ModApte split.
 """
 
-from stream_winnow.datasets.labelled_jsonl import read_labelled_jsonl, write_labelled_jsonl
+from stream_winnow.datasets.labelled_jsonl import (
+    FileDocument,
+    read_jsonl_documents,
+    read_labelled_jsonl,
+    write_labelled_jsonl,
+)
 from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte, write_modapte
 
-__all__ = ["ModApteSplit", "read_labelled_jsonl", "read_modapte", "write_labelled_jsonl", "write_modapte"]
+__all__ = ["FileDocument", "ModApteSplit", "read_jsonl_documents", "read_labelled_jsonl", "read_modapte", "write_labelled_jsonl", "write_modapte"]

@@ -8,7 +8,9 @@ Each non-blank line is one JSON object::
 - ``tokens`` (list of strings) is the tokenised text, duplicates and order kept.
 - ``text`` (string) is used instead, through ``stream_winnow.tokenize.tokenize``,
   when ``tokens`` is absent; one of the two is required.
-- ``labels`` (list of strings) are the true categories; absent means none.
+- ``labels`` (list of strings) are the true categories. For training (``train``, ``evaluate``)
+  absent means none; for a stream (``produce``) absent means "not labelled yet": the document is
+  only scored, while ``"labels": []`` says it belongs to no category and is learned from.
 
 Other fields are allowed and ignored, so a file can carry extra metadata.
 Blank lines are skipped. A line that breaks these rules raises
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +40,19 @@ from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import DataFormatError
 from stream_winnow.tokenize import tokenize
 
-__all__ = ["read_labelled_jsonl", "write_labelled_jsonl"]
+__all__ = ["FileDocument", "read_jsonl_documents", "read_labelled_jsonl", "write_labelled_jsonl"]
 
 _STR_ONLY = frozenset({str})
 _EXPECTED_LINE = 'expected one JSON object per line like {"id": "1", "tokens": ["a", "b"], "labels": ["x"]}'
+
+
+@dataclass(frozen=True)
+class FileDocument:
+    """One line of a file for a stream: the document, whether it had ``labels``, and its line number."""
+
+    doc: LabelledDocument
+    labelled: bool
+    line_number: int
 
 
 def read_labelled_jsonl(path: str | Path) -> Iterator[LabelledDocument]:
@@ -50,13 +62,24 @@ def read_labelled_jsonl(path: str | Path) -> Iterator[LabelledDocument]:
     Raises ``DataFormatError`` at the first bad line and ``OSError`` if the file
     cannot be opened.
     """
+    for line in read_jsonl_documents(path):
+        yield line.doc
+
+
+def read_jsonl_documents(path: str | Path, *, tokens_required: bool = True) -> Iterator[FileDocument]:
+    """Yield every line of a JSON Lines file as a ``FileDocument``, in file order, streamed.
+
+    ``tokens_required=False`` accepts lines with neither ``tokens`` nor ``text`` (labels for
+    documents sent earlier); their ``doc.tokens`` is empty. Raises ``DataFormatError`` at the first
+    bad line and ``OSError`` if the file cannot be opened.
+    """
     name = str(path)
     # Binary lines split on b"\n" only, so U+2028 or U+0085 inside a string never breaks a record.
     with open(path, "rb") as lines:
         for line_number, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue
-            yield _parse_line(raw, name, line_number)
+            yield _parse_line(raw, name, line_number, tokens_required)
 
 
 def write_labelled_jsonl(path: str | Path, docs: Iterable[LabelledDocument]) -> int:
@@ -75,7 +98,7 @@ def write_labelled_jsonl(path: str | Path, docs: Iterable[LabelledDocument]) -> 
     return count
 
 
-def _parse_line(raw: bytes, path: str, line_number: int) -> LabelledDocument:
+def _parse_line(raw: bytes, path: str, line_number: int, tokens_required: bool) -> FileDocument:
     """Turn one non-blank line into a document, or raise ``DataFormatError`` saying why not."""
     try:
         obj = json.loads(raw)
@@ -100,6 +123,8 @@ def _parse_line(raw: bytes, path: str, line_number: int) -> LabelledDocument:
         if not isinstance(text, str):
             raise DataFormatError(path, line_number, f"'text' must be a string, got {_json_type(text)} {_short(text)}")
         tokens = tuple(tokenize(text))
+    elif not tokens_required:
+        tokens = ()
     else:
         raise DataFormatError(
             path,
@@ -107,8 +132,9 @@ def _parse_line(raw: bytes, path: str, line_number: int) -> LabelledDocument:
             'missing \'tokens\' and \'text\'; expected "tokens": [list of strings] or "text": "a string"',
         )
 
-    labels = _string_list(obj["labels"], "labels", path, line_number) if "labels" in obj else ()
-    return LabelledDocument(doc_id, tokens, labels)
+    labelled = "labels" in obj
+    labels = _string_list(obj["labels"], "labels", path, line_number) if labelled else ()
+    return FileDocument(LabelledDocument(doc_id, tokens, labels), labelled, line_number)
 
 
 def _string_list(value: Any, field: str, path: str, line_number: int) -> tuple[str, ...]:
