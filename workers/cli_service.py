@@ -18,6 +18,7 @@ import click
 
 from stream_winnow.codec import CodecLimits
 from stream_winnow.document_cache import DocumentCache
+from stream_winnow.errors import TransportError
 from stream_winnow.learners import LEARNERS
 from stream_winnow.models import connect, open_learner
 from stream_winnow.stores.cached import CachedStore
@@ -30,7 +31,7 @@ from workers.config import (
     default_worker_id,
     redact_url,
 )
-from workers.transport import COMPRESSIONS, KafkaSettings, make_consumer, make_producer
+from workers.transport import COMPRESSIONS, Consumer, KafkaSettings, Producer, make_consumer, make_producer
 
 
 def env(flag: str) -> str:
@@ -165,7 +166,9 @@ def setup_logging(fmt: str, level: str) -> None:
 @option("--weight-cache-mib", type=click.IntRange(min=1), default=256, show_default=True,
         help="Memory for weight rows cached in the worker (exact while the model is unchanged).")
 @option("--http-port", type=click.IntRange(0, 65535), default=9400, show_default=True,
-        help="/metrics, /healthz and /readyz (0: off).")
+        help="/metrics, /healthz and /readyz (0: off); when taken, the next free one of the 20 above it.")
+@option("--http-host", default="127.0.0.1", show_default=True,
+        help="Address the endpoints listen on; 0.0.0.0 in a pod, so probes and Prometheus reach them.")
 @option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
         default="INFO", show_default=True)
@@ -219,6 +222,7 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
         max_staleness_ms=flags["max_staleness_ms"],
         weight_cache_mib=flags["weight_cache_mib"],
         http_port=flags["http_port"],
+        http_host=flags["http_host"],
         log_format=flags["log_format"],
         log_level=flags["log_level"].upper(),
         worker_id=flags["worker_id"] or default_worker_id(),
@@ -247,22 +251,36 @@ def run_worker(config: WorkerConfig) -> None:
             time.sleep(delay_s)
             delay_s = min(delay_s * 2, config.retry_max_ms / 1000)
     metrics = WorkerMetrics()
+    consumer, producer = _connect_broker(config, log)
     the_worker = Worker(
         config,
-        make_consumer(config.kafka, config.kafka_client),
-        make_producer(config.kafka, config.kafka_client),
+        consumer,
+        producer,
         learner,
         DocumentCache(client, config.model, config.document_cache_ttl_s),
         metrics,
     )
     the_worker.state.redis_ok = True
-    server = serve_http(config.http_port, metrics, the_worker.state) if config.http_port else None
+    server = serve_http(config.http_port, metrics, the_worker.state, config.http_host) if config.http_port else None
     the_worker.install_signal_handlers()
     try:
         the_worker.run()
     finally:
         if server is not None:
             server.shutdown()
+
+
+def _connect_broker(config: WorkerConfig, log: logging.Logger) -> tuple[Consumer, Producer]:
+    """The worker's consumer and producer, retrying (with the Redis back-off) until the broker answers."""
+    delay_s = config.retry_initial_ms / 1000
+    while True:
+        try:
+            return make_consumer(config.kafka, config.kafka_client), make_producer(config.kafka, config.kafka_client)
+        except TransportError as error:
+            log.warning("broker at %s unavailable (%s); retrying in %.1f s", config.kafka.bootstrap_servers, error,
+                        delay_s)  # fmt: skip
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, config.retry_max_ms / 1000)
 
 
 COMMANDS = [worker]

@@ -137,6 +137,8 @@ class WorkerConfig:
     # Memory for those cached rows (float64): 256 MiB holds ~185,000 rows at 90 categories.
     weight_cache_mib: int = 256
     http_port: int = 9400
+    # Loopback unless told: the endpoints carry no secrets but should not face a network by accident.
+    http_host: str = "127.0.0.1"
     log_format: LogFormat = "text"
     log_level: str = "INFO"
     worker_id: str = field(default_factory=default_worker_id)
