@@ -13,25 +13,45 @@ import sys
 import click
 
 from stream_winnow.errors import ConfigError, StreamWinnowError
+from workers import local_state
+from workers.interrupts import Terminated, exit_code, raise_on_sigterm
 
 
 class _Group(click.Group):
-    """Turns the library's errors into one clear line and an exit code (2: bad settings, 1: anything else)."""
+    """Turns what a user can cause into one clear line and an exit code: 2 bad settings, 1 a failure
+    (a bad file line, a service down, a file that cannot be written), 130 Ctrl-C, 143 SIGTERM."""
 
     def invoke(self, ctx: click.Context) -> object:
+        raise_on_sigterm()
         try:
             return super().invoke(ctx)
         except ConfigError as error:
-            raise click.UsageError(str(error), ctx) from None
+            click.echo(f"error: {error}", err=True)
+            ctx.exit(2)
         except StreamWinnowError as error:
             click.echo(f"error: {error}", err=True)
             ctx.exit(1)
+        except OSError as error:
+            where = f": {error.filename}" if error.filename else ""
+            click.echo(f"error: {error.strerror or error}{where}", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt as interrupt:
+            click.echo("stopped" + (" (SIGTERM)" if isinstance(interrupt, Terminated) else ""), err=True)
+            ctx.exit(exit_code(interrupt))
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="stream-winnow")
-def main() -> None:
-    """Streaming, mistake-driven text classification: Winnow, Perceptron and Naive Bayes, on Kafka and Redis."""
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """Streaming, mistake-driven text classification: Winnow, Perceptron and Naive Bayes, on Kafka and Redis.
+
+    While `stream-winnow up` runs, every command uses its broker and Redis unless told otherwise.
+    """
+    services = local_state.running()
+    if services is not None:
+        found = {"bootstrap_servers": services.bootstrap_servers, "redis_url": services.redis_url}
+        ctx.default_map = {name: found for name in main.commands}
 
 
 def _register() -> None:

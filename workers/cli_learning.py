@@ -110,9 +110,9 @@ def _plot(result: EvaluationResult, path: Path, title: str) -> None:
         raise click.UsageError("--plot needs matplotlib: pip install 'stream-winnow[plots]'") from None
     seen, f1 = zip(*result.curve, strict=True)
     figure, axes = plt.subplots(figsize=(7, 4))
-    axes.plot(seen, f1)
-    axes.set_xlabel("documents seen")
-    axes.set_ylabel("running micro-F1")
+    axes.plot(seen, f1, marker="o", markersize=3)
+    axes.set_xlabel("documents seen (predicted, then learned)")
+    axes.set_ylabel("running micro-F1 (0 to 1)")
     axes.set_ylim(0, 1)
     axes.set_title(title)
     axes.grid(alpha=0.3)
@@ -143,6 +143,11 @@ def evaluate(
     **options: Any,
 ) -> None:
     """Measure a learner: hold-out (--train, --test) or prequential (--prequential --stream)."""
+    if plot is not None:  # before the run, so a bad path costs nothing
+        if not prequential:
+            raise click.UsageError("--plot draws the prequential learning curve; add --prequential")
+        if not plot.parent.is_dir():
+            raise click.BadParameter(f"folder {plot.parent} does not exist; create it first", param_hint="--plot")
     learner, training = make_learner(options)
     if prequential:
         if not stream_paths or train_path or test_path:
@@ -158,9 +163,7 @@ def evaluate(
         with _progress(len(test), quiet, "scoring") as bar:
             result = holdout(learner, train, test, training, on_progress=bar.update)
     if plot is not None:
-        if not prequential:
-            raise click.UsageError("--plot draws the prequential learning curve; add --prequential")
-        _plot(result, plot, f"{learner.name}, prequential")
+        _plot(result, plot, f"Prequential learning curve of {learner.name}")
     out = {"learner": learner.name, "mode": learner.mode, **result.as_dict()}
     if as_json:
         click.echo(json.dumps(out))

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from stream_winnow.errors import ConfigError
 from stream_winnow.features import FeatureConfig, FeatureVector
 from stream_winnow.learners.base import DecisionMode
 from stream_winnow.learners.mistake_driven import MistakeDriven
@@ -47,6 +48,8 @@ class BalancedWinnow(MistakeDriven):
         features: FeatureConfig | None = None,
         store: WeightStore | None = None,
     ) -> None:
+        if not (alpha > 1 and 0 < beta < 1):
+            raise ConfigError(f"balanced-winnow needs alpha > 1 and 0 < beta < 1; got {alpha}, {beta}")
         self.alpha = alpha
         self.beta = beta
         super().__init__(
