@@ -1987,6 +1987,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.json:
         print(json.dumps(results, default=str))
 
-
-if __name__ == "__main__":
-    main()
