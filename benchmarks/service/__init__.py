@@ -40,50 +40,67 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
-import itertools
 import json
 import os
 import pstats
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgpack
 import numpy as np
 
+from benchmarks.service.collector import Collector as Collector
+from benchmarks.service.config import (
+    LATENCY_BROKERS,
+    LOAD_LINGER_MS,
+    PARTITIONS,
+    SESSION_TIMEOUT_MS,
+    BenchConfig,
+    worker_settings,
+)
+from benchmarks.service.config import _helper_client as _helper_client
+from benchmarks.service.config import _settings as _settings
+from benchmarks.service.load import _LoadProducer, load_stream, preload
+from benchmarks.service.load import repeat_stream as repeat_stream
+from benchmarks.service.measure import (
+    _cpu_s,
+    _MachineSampler,
+    _now_ms,
+    _Pauses,
+    _per_document_us,
+    _rate,
+    _share,
+    _tasks_between,
+    _Usage,
+    _usage,
+    saturated,
+    stretch_cpu,
+)
+from benchmarks.service.measure import cpu_seconds as cpu_seconds
+from benchmarks.service.model import _memory_usage as _memory_usage
+from benchmarks.service.model import _model_version, marker_memory, model_memory, train_model, write_model
+from benchmarks.service.model import mistaken_labels as mistaken_labels
+from benchmarks.service.services import _LOG_TAIL_CHARS, Environment, _broker_for_run, _worker
+from benchmarks.service.services import Topics as Topics
+from benchmarks.service.services import WorkerProcess as WorkerProcess
 from stream_winnow.codec import DocumentMessage, LabelledEvent, encode_document, encode_labelled_event
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import TransportError
-from stream_winnow.learners.base import Learner
 from workers.transport import COMPRESSIONS
 
 __all__ = ["BenchConfig", "main", "run_benchmark"]
 
 MODEL = "bench"
-# Partitions of every topic a run creates: one, as each pod of a group with as many partitions as pods
-# consumes (``--partitions 4`` gives one worker four pods' partitions). Tansu 0.6 lists every batch a
-# partition holds on each fetch that finds data, and a keyed producer makes a batch per partition per
-# linger, so on it the broker's cost grows with partitions x batches: one paced producer of 29,000
-# msg/s and one consumer took it from 32 to 75-81 % of a core in 10 s on 4 partitions and from 22 to
-# 41-42 % on 1 (``python -m benchmarks.broker_cost --rate 29000 --seconds 11 --partitions 4``, then
-# ``1``, twice each). A Kafka broker finds an offset in its segment index whatever the partitions.
-PARTITIONS = 1
-# Tansu answers a JoinGroup after about half the session timeout; 6 s keeps each join near 3 s
-# (only the join is shortened: it is outside every timed span). A --worker-arg overrides it.
-SESSION_TIMEOUT_MS = 6_000
 # Share of the scored documents that get a labelled event in the mixed phase.
 MIXED_LABEL_EVERY = 10
 # The latency phase's first second of load is not counted: a consumer that was just assigned its
@@ -92,562 +109,10 @@ MIXED_LABEL_EVERY = 10
 LATENCY_WARMUP_S = 1.0
 # The learning phase sends its events this long after the worker is ready, for the same reason.
 LEARNING_SETTLE_S = 1.0
-# Where the latency runs happen: "fresh", each run (the worker's and the bare pipe's alike) on an
-# embedded broker of its own, started for it; "shared", on the broker every other phase used. Tansu's
-# memory engine gets slower over an invocation, for a reason not known: neither 1.2 GB, nor 20,000
-# batches, nor 150 idempotent producers left on a broker beforehand change its CPU under a paced
-# stream (``benchmarks.broker_cost``). On one shared broker, the bare pipe's later run of
-# ``--phases latency --latency-rate 24000 --repeats 2 --no-peers`` (the fourth latency run on that
-# broker) often has a p99 over 150 ms where a fresh broker gives 44-92 ms. The worker's p99 does not
-# tell the two apart. "fresh" is the default because it keeps each run independent of the ones before
-# it (a Kafka broker does not slow down with what it served), not for a measured gain.
-LATENCY_BROKERS = ("fresh", "shared")
-# How long the latency phase's producer lets documents gather into a request (it counts in every
-# latency, which starts at send time). Tansu 0.6 spends CPU per produce request in proportion to
-# what the topic already holds: with 5 ms one producer of 17,000 msg/s took it from 25 % to 104 %
-# of a core in 30 s, with 25 ms it stayed at 12-22 %; at 26,000 docs/s on this 2-core machine
-# the worker's p99 was 238 ms with 5, 60 with 10 and 50 with 20 (its bare pipe's 55, 64, 110).
-LOAD_LINGER_MS = 10
 # The load generator sends what is due every tick; 1 ms keeps bursts under ~1 % of a 20k/s rate.
 _PACE_TICK_S = 0.001
-# A latency run's machine counts as saturated in a window of SATURATION_WINDOW_S whose CPU ticks
-# (20 on 2 CPUs at 100 Hz) are at least SATURATED_PERCENT busy: 19 of 20.
-SATURATION_WINDOW_S = 0.1
-SATURATED_PERCENT = 95.0
 # How often the learning phase reads the worker's counters (the timing resolution of that phase).
 _METRICS_POLL_S = 0.02
-_COLLECT_POLL_S = 0.05
-_WORKER_STOP_GRACE_S = 15.0
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # the unit of /proc/stat's counts
-_LOG_TAIL_CHARS = 3_000
-
-
-# ---------------------------------------------------------------------------------------------------
-# settings and the stream
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """What one run measures."""
-
-    source: str | None = None
-    synthetic: int | None = None
-    clients: tuple[str, ...] = ("confluent",)
-    documents: int = 100_000
-    kafka_python_documents: int | None = None
-    # As many as the other phases' documents (100,000). With 20,000 the phase lasts ~3 s, and its
-    # first 0.8 s (a small first batch, learned while the rest are still being sent) is a quarter of
-    # it, which understates the steady rate; over 100,000 that first batch is a fifteenth.
-    learn_events: int = 100_000
-    latency_seconds: float = 10.0
-    worker_args: tuple[str, ...] = ()
-    peers: bool = True
-    profile: bool = False
-    profile_top: int = 10
-    timeout_s: float = 600.0
-    command: str = ""
-    phases: tuple[str, ...] = ("pipe", "scoring", "learning", "mixed", "latency")
-    latency_rate: float | None = None  # offered docs/s in the latency phase; None: half the scoring rate
-    load_linger_ms: int = LOAD_LINGER_MS
-    load_compression: str = "none"  # codec of the documents' and labels' producers (pre-loading, the load)
-    partitions: int = PARTITIONS
-    repeats: int = 1  # pipe, scoring and latency are run this many times; the median run is reported
-    latency_broker: str = "fresh"  # one of LATENCY_BROKERS
-
-    def documents_for(self, client: str) -> int:
-        if client == "kafka-python" and self.kafka_python_documents is not None:
-            return min(self.documents, self.kafka_python_documents)
-        return self.documents
-
-
-def repeat_stream(docs: Sequence[LabelledDocument], n: int) -> list[LabelledDocument]:
-    """``docs`` in order, repeated until there are at least ``n``; copies get ids ``<id>~<round>``.
-
-    >>> base = [LabelledDocument("a", ("x",), ("c",)), LabelledDocument("b", ("y",), ("c",))]
-    >>> [d.id for d in repeat_stream(base, 5)]
-    ['a', 'b', 'a~1', 'b~1', 'a~2', 'b~2']
-    """
-    out = list(docs)
-    rounds = 1
-    while len(out) < n:
-        out += [replace(d, id=f"{d.id}~{rounds}") for d in docs]
-        rounds += 1
-    return out
-
-
-def load_stream(config: BenchConfig) -> tuple[list[LabelledDocument], list[LabelledDocument], str]:
-    """(training documents, the whole stream in order, a description)."""
-    if config.synthetic is not None:
-        from stream_winnow.synthetic import synthetic_stream
-
-        stream = synthetic_stream(config.synthetic)
-        return stream[: len(stream) * 7 // 10], stream, f"synthetic ({len(stream):,} documents)"
-    if config.source is None:
-        raise SystemExit("give --source (Reuters-21578 .tar.gz) or --synthetic N")
-    from stream_winnow.datasets import read_modapte
-
-    split = read_modapte(config.source)
-    return (
-        split.train,
-        split.train + split.test,
-        f"Reuters-21578 ModApte, {len(split.categories)} categories, {len(split.train):,} + {len(split.test):,} docs",
-    )
-
-
-def _helper_client() -> str:
-    try:
-        import confluent_kafka  # noqa: F401
-    except ImportError:
-        return "kafka-python"
-    return "confluent"
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-# ---------------------------------------------------------------------------------------------------
-# the model
-
-
-@dataclass
-class Model:
-    """The trained in-memory learner and what the benchmark derives from it."""
-
-    learner: Any
-    categories: tuple[str, ...]
-    train_seconds: float
-
-
-def train_model(train: Sequence[LabelledDocument]) -> Model:
-    """Fit balanced-winnow with default settings (as ``stream-winnow train`` does) in memory."""
-    from stream_winnow.learners import build_learner
-    from stream_winnow.training import fit
-
-    learner = build_learner("balanced-winnow")
-    started = time.perf_counter()
-    fit(learner, train)
-    seconds = time.perf_counter() - started
-    return Model(learner, tuple(learner.store.categories()), seconds)
-
-
-def mistaken_labels(learner: Learner, events: Sequence[LabelledDocument]) -> tuple[list[str], int]:
-    """For each of ``events`` in order, the one category to label it with so that it is a mistake, and how many are.
-
-    ``learner`` learns every event (pass a copy of the model the worker starts from: a deep copy of
-    the Reuters model takes 0.04 s, training it again 2.5 s). The label is the document's
-    lowest-scoring category under the model *as it stands when the event arrives*: the copy learns
-    every event before the next is labelled, as one worker does (it decides and learns exactly as the in-process learner;
-    the model's version moves once a mistaken event, and moved by the same count). Labelling a
-    document with that category alone is a promotion mistake, and a demotion for every category the
-    model predicts. A label fixed per document (the lowest under the trained model) would not do: on
-    the Reuters stream repeated, the second time a document comes its label has often been learned
-    (only about 81 % of 20,000 such events are mistakes; labelled this way all of them are, with 2.0
-    mistaken categories an event against 1.4). It takes ~5 s for 20,000 events, ~25 s for 100,000.
-    """
-    categories = learner.store.categories()
-    labels: list[str] = []
-    mistakes = 0
-    for doc in events:
-        vector = learner.transform(doc.tokens)
-        margins = learner.margins(vector)
-        label = categories[int(np.argmin(np.where(np.isfinite(margins), margins, np.inf)))]
-        labels.append(label)
-        mistakes += learner.learn_one(vector, (label,)).mistake
-    return labels, mistakes
-
-
-def write_model(model: Model, redis_url: str, name: str, shards: int, trained_documents: int) -> float:
-    """Write the trained model into Redis as ``name`` (metadata as ``stream-winnow train`` records it)."""
-    from stream_winnow.learners import describe
-    from stream_winnow.models import connect
-    from stream_winnow.snapshot import copy_model
-    from stream_winnow.stores.redis import RedisStore
-
-    learner = model.learner
-    learner.store.set_metadata({
-        **describe(learner), "shards": str(shards), "trained_documents": str(trained_documents),
-        "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-    })  # fmt: skip
-    client = connect(redis_url)
-    try:
-        started = time.perf_counter()
-        copy_model(learner.store, RedisStore(client, name, learner.table_specs(), shards), replace=True)
-        return time.perf_counter() - started
-    finally:
-        client.close()
-
-
-def model_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> dict[str, Any]:
-    """MEMORY USAGE summed over every key of the model, and bytes per stored weight."""
-    from stream_winnow.models import connect
-    from stream_winnow.stores.redis import RedisStore
-
-    client = connect(redis_url)
-    try:
-        store = RedisStore(client, name, table_specs, shards)
-        keys = store.model_keys()
-        total = _memory_usage(client, keys)
-        features = store.n_features()
-        categories = len(store.categories())
-        tables = sum(1 for spec in store.tables.values() if spec.per_category)
-        weights = features * categories * tables
-        return {
-            "keys": len(keys),
-            "bytes": total,
-            "features": features,
-            "categories": categories,
-            "per_category_tables": tables,
-            "bytes_per_weight": total / weights if weights else float("nan"),
-        }
-    finally:
-        client.close()
-
-
-# Keys a model holds for exactly-once learning: each part's watermarks (``wm``) and each input
-# partition's ring of seen event ids (``seen:``). Their number does not grow with the events.
-_MARKER_PARTS = (b":wm", b":seen:")
-
-
-def marker_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> dict[str, int]:
-    """MEMORY USAGE summed over the model's watermarks and seen-event rings: what learning keeps besides the weights."""
-    from stream_winnow.models import connect
-    from stream_winnow.stores.redis import RedisStore
-
-    client = connect(redis_url)
-    try:
-        keys = [k for k in RedisStore(client, name, table_specs, shards).model_keys() if any(p in k for p in _MARKER_PARTS)]
-        return {"keys": len(keys), "bytes": _memory_usage(client, keys)}
-    finally:
-        client.close()
-
-
-def _memory_usage(client: Any, keys: Sequence[bytes]) -> int:
-    """MEMORY USAGE of ``keys`` summed (every member of a set counted: no sampling)."""
-    total = 0
-    for start in range(0, len(keys), 1_000):
-        pipe = client.pipeline(transaction=False)
-        for key in keys[start : start + 1_000]:
-            pipe.execute_command("MEMORY USAGE", key, "SAMPLES", "0")
-        total += sum(int(n or 0) for n in pipe.execute())
-    return total
-
-
-# ---------------------------------------------------------------------------------------------------
-# Kafka helpers: pre-loading, the collector
-
-
-def _settings(bootstrap: str, client_id: str, batch: int = 500, compression: str = "none") -> Any:
-    from workers.transport import KafkaSettings
-
-    # The measuring side never adds latency of its own: fetches return after at most 5 ms.
-    return KafkaSettings(bootstrap, client_id=client_id, max_poll_records=batch, session_timeout_ms=SESSION_TIMEOUT_MS,
-                         fetch_max_wait_ms=5, compression=compression)  # type: ignore[arg-type]
-
-
-def preload(bootstrap: str, topic: str, values: Sequence[tuple[bytes, bytes]], compression: str = "none") -> float:
-    """Produce (key, value) pairs into ``topic`` in batches of codec ``compression``, and wait for the acks;
-    returns the seconds taken."""
-    from workers.transport import make_producer
-
-    producer = make_producer(_settings(bootstrap, "bench-preload", compression=compression),
-                             _helper_client())  # type: ignore[arg-type]
-    started = time.perf_counter()
-    try:
-        for key, value in values:
-            producer.send(topic, value, key=key)
-        producer.flush(120_000)
-    finally:
-        producer.close()
-    return time.perf_counter() - started
-
-
-class Collector(threading.Thread):
-    """Reads output topics from the beginning (assigned, no group) and records each arrival.
-
-    ``on_message(key, now_s)`` runs on this thread for every message of ``topics[0]``.
-    """
-
-    def __init__(
-        self,
-        bootstrap: str,
-        topics: Sequence[str],
-        *,
-        latency: bool = False,
-        on_message: Callable[[bytes | None, float], None] | None = None,
-        partitions: int,
-    ) -> None:
-        super().__init__(daemon=True, name="bench-collector")
-        self.bootstrap = bootstrap
-        self.topics = list(topics)
-        self.partitions = partitions
-        self.latency = latency
-        self.on_message = on_message
-        self.counts = dict.fromkeys(self.topics, 0)
-        self.first_s: float | None = None
-        self.last_s: float | None = None
-        # (arrival time in s, the decision's bytes): its ts is read after the run, off the measured path.
-        self._arrivals: list[tuple[float, bytes]] = []
-        self.error: BaseException | None = None
-        self._halt = threading.Event()
-        self._ready = threading.Event()
-        self._changed = threading.Condition()
-
-    def run(self) -> None:
-        try:
-            if _helper_client() == "confluent":
-                self._run_confluent()
-            else:
-                self._run_kafka_python()
-        except BaseException as error:  # noqa: BLE001 - reported to the waiting thread
-            self.error = error
-            self._ready.set()
-            with self._changed:
-                self._changed.notify_all()
-
-    def _record(self, batch: list[tuple[str, bytes | None, bytes]]) -> None:
-        now = time.time()
-        main = self.topics[0]
-        n_main = 0
-        for topic, key, value in batch:
-            self.counts[topic] += 1
-            if topic != main:
-                continue
-            n_main += 1
-            if self.latency:
-                self._arrivals.append((now, value))
-            if self.on_message is not None:
-                self.on_message(key, now)
-        if n_main:
-            if self.first_s is None:
-                self.first_s = now
-            self.last_s = now
-        with self._changed:
-            self._changed.notify_all()
-
-    def _run_confluent(self) -> None:
-        import confluent_kafka
-
-        consumer = confluent_kafka.Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": "bench-collector", "enable.auto.commit": False,
-            "fetch.wait.max.ms": 10, "enable.partition.eof": False,
-        })  # fmt: skip
-        try:
-            consumer.assign([
-                confluent_kafka.TopicPartition(t, p, confluent_kafka.OFFSET_BEGINNING)
-                for t in self.topics for p in range(self.partitions)
-            ])  # fmt: skip
-            self._ready.set()
-            while not self._halt.is_set():
-                # Wait for the first message only, then take what is already fetched: consume(n, t)
-                # holds a batch that is not full for the whole t, which added up to 50 ms to every
-                # latency measured here (p50 32 ms, p99 59 ms at 5,000 msg/s, against 7 and 13 ms).
-                first = consumer.poll(_COLLECT_POLL_S)
-                if first is None:
-                    continue
-                messages = [first, *consumer.consume(10_000, 0)]
-                batch = [(m.topic(), m.key(), m.value()) for m in messages if m.error() is None]
-                if batch:
-                    self._record(batch)  # type: ignore[arg-type]
-        finally:
-            consumer.close()
-
-    def _run_kafka_python(self) -> None:
-        import kafka
-
-        consumer = kafka.KafkaConsumer(
-            bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", fetch_max_wait_ms=10,
-        )  # fmt: skip
-        try:
-            consumer.assign([kafka.TopicPartition(t, p) for t in self.topics for p in range(self.partitions)])
-            self._ready.set()
-            while not self._halt.is_set():
-                polled = consumer.poll(timeout_ms=int(_COLLECT_POLL_S * 1000), max_records=10_000)
-                batch = [(r.topic, r.key, r.value) for records in polled.values() for r in records]
-                if batch:
-                    self._record(batch)
-        finally:
-            consumer.close()
-
-    def timestamps_ms(self, since_ms: int = 0) -> list[tuple[int, int | None, float]]:
-        """Per message of ``topics[0]`` with a ``ts`` of at least ``since_ms``: its ``ts``, its
-        ``decided_ts`` (None where it has none: the bare pipe's) and its arrival here, in ms."""
-        out = []
-        for now, value in self._arrivals:
-            message = msgpack.unpackb(value)
-            ts = message.get("ts")
-            if ts is not None and ts >= since_ms:
-                out.append((ts, message.get("decided_ts"), now * 1000))
-        return out
-
-    def values(self) -> list[bytes]:
-        """The messages of ``topics[0]`` in arrival order (kept only with ``latency=True``)."""
-        return [value for _, value in self._arrivals]
-
-    def start_and_wait(self) -> Collector:
-        self.start()
-        self._ready.wait(30)
-        return self
-
-    def wait_for(self, n: int, timeout_s: float, check: Callable[[], None] | None = None) -> None:
-        """Until ``n`` messages of ``topics[0]`` arrived; raises TransportError after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        main = self.topics[0]
-        with self._changed:
-            while self.counts[main] < n:
-                if self.error is not None:
-                    raise TransportError(f"the collector failed: {self.error!r}")
-                if time.monotonic() > deadline:
-                    raise TransportError(f"only {self.counts[main]:,} of {n:,} messages on {main} in {timeout_s:.0f} s")
-                self._changed.wait(0.2)
-                if check is not None:
-                    check()
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(10)
-
-    def span_s(self) -> float:
-        if self.first_s is None or self.last_s is None:
-            return float("nan")
-        return self.last_s - self.first_s
-
-
-# ---------------------------------------------------------------------------------------------------
-# the worker as a subprocess
-
-
-@dataclass
-class Topics:
-    documents: str
-    labels: str
-    decisions: str
-    dead_letters: str
-
-    @classmethod
-    def of(cls, prefix: str) -> Topics:
-        return cls(f"{prefix}.documents", f"{prefix}.labels", f"{prefix}.decisions", f"{prefix}.dead-letters")
-
-    def all(self) -> list[str]:
-        return [self.documents, self.labels, self.decisions, self.dead_letters]
-
-
-class WorkerProcess:
-    """``python -m workers.cli worker`` with STREAM_WINNOW_* settings; --worker-arg flags are appended."""
-
-    def __init__(
-        self,
-        *,
-        bootstrap: str,
-        redis_url: str,
-        model: str,
-        client: str,
-        topics: Topics,
-        group: str,
-        worker_args: Sequence[str],
-        log_dir: Path,
-        profile_out: Path | None = None,
-    ) -> None:
-        from workers.embedded import free_port
-
-        self.http_port = free_port()
-        self.log_path = log_dir / f"{group}.log"
-        env = dict(os.environ)
-        env.update({
-            "STREAM_WINNOW_BOOTSTRAP_SERVERS": bootstrap,
-            "STREAM_WINNOW_REDIS_URL": redis_url,
-            "STREAM_WINNOW_MODEL": model,
-            "STREAM_WINNOW_KAFKA_CLIENT": client,
-            "STREAM_WINNOW_GROUP_ID": group,
-            "STREAM_WINNOW_DOCUMENTS_TOPIC": topics.documents,
-            "STREAM_WINNOW_LABELS_TOPIC": topics.labels,
-            "STREAM_WINNOW_DECISIONS_TOPIC": topics.decisions,
-            "STREAM_WINNOW_DEAD_LETTERS_TOPIC": topics.dead_letters,
-            "STREAM_WINNOW_HTTP_PORT": str(self.http_port),
-            "STREAM_WINNOW_WORKER_ID": f"bench-{group}",
-        })  # fmt: skip
-        env.setdefault("STREAM_WINNOW_SESSION_TIMEOUT_MS", str(SESSION_TIMEOUT_MS))
-        if profile_out is None:
-            argv = [sys.executable, "-m", "workers.cli", "worker", *worker_args]
-        else:
-            argv = [sys.executable, "-m", "benchmarks.service", "_profiled_worker", str(profile_out), *worker_args]
-        with open(self.log_path, "ab") as log_file:
-            self.process = subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def check_alive(self) -> None:
-        if self.process.poll() is not None:
-            raise TransportError(f"worker exited with {self.process.returncode}; log ends:\n{self.log_tail()}")
-
-    def log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
-        except OSError:
-            return "(no log)"
-
-    def _get(self, path: str) -> str | None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=2.0) as response:
-                body: bytes = response.read()
-                return body.decode("utf-8", "replace")
-        except (urllib.error.URLError, OSError):
-            return None
-
-    def wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self._get("/readyz") is None:
-            self.check_alive()
-            if time.monotonic() > deadline:
-                raise TransportError(f"worker not ready after {timeout_s:.0f} s; log ends:\n{self.log_tail()}")
-            time.sleep(0.05)
-
-    def metric(self, name: str) -> float | None:
-        """Sum over label values of a counter in /metrics (None when the endpoint does not answer)."""
-        text = self._get("/metrics")
-        return None if text is None else sum(_samples(text, name))
-
-    def slow_batches(self, over_s: float = 0.1) -> int | None:
-        """Batches that took over ``over_s`` (a bucket bound of ``stream_winnow_batch_seconds``) so far, by /metrics."""
-        text = self._get("/metrics")
-        if text is None:
-            return None
-        count = _samples(text, "stream_winnow_batch_seconds_count")
-        within = _samples(text, f'stream_winnow_batch_seconds_bucket{{le="{over_s}"}}')
-        return int(count[0] - within[0]) if count and within else None
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(_WORKER_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-# ---------------------------------------------------------------------------------------------------
-# the bare pipe (runs as ``python -m benchmarks.service _pipe <json>``)
-
-
-def _samples(metrics_text: str, name: str) -> list[float]:
-    """The values of the samples of ``name`` in a Prometheus text page, any labels (``name{...}``) or none.
-
-    >>> page = "\\n".join(["b_count 7", 'b_bucket{le="0.1"} 5', 'b_bucket{le="1.0"} 7', "b_sum 0.4"])
-    >>> _samples(page, "b_bucket"), _samples(page, 'b_bucket{le="0.1"}'), _samples(page, "b")
-    ([5.0, 7.0], [5.0], [])
-    """
-    return [
-        float(line.rsplit(" ", 1)[1])
-        for line in metrics_text.splitlines()
-        if line.startswith(name) and line[len(name) : len(name) + 1] in (" ", "{")
-    ]
 
 
 def _pipe_main(spec: dict[str, Any]) -> None:
@@ -734,52 +199,6 @@ def _profiled_worker(out: str, worker_args: Sequence[str]) -> None:
         profiler.dump_stats(out)
 
 
-# ---------------------------------------------------------------------------------------------------
-# phases
-
-
-@dataclass
-class Environment:
-    bootstrap: str
-    redis_url: str
-    log_dir: Path
-    worker_args: tuple[str, ...]
-    batch: int
-    shards: int
-    timeout_s: float
-    run_id: str = field(default_factory=lambda: str(os.getpid()))
-    # Numbers the names of groups, topics and worker logs; one iterator, shared by the copies a latency
-    # run on a fresh broker makes (``replace``), so names stay unique over the invocation.
-    numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1))
-    # The worker's fetch wait and linger, which the bare pipe uses too (same batch settings).
-    fetch_max_wait_ms: int = 10
-    linger_ms: int = 5
-    max_batches_in_flight: int = 4
-    commit_interval_ms: int = 100
-    load_linger_ms: int = LOAD_LINGER_MS
-    partitions: int = PARTITIONS
-    # Codecs of the worker's decision batches (the bare pipe's too), and of the documents' and labels' producers.
-    compression: str = "none"
-    load_compression: str = "none"
-    # The embedded broker's and Redis's processes, whose CPU the latency runs report beside the runner's.
-    broker_pid: int | None = None
-    redis_pid: int | None = None
-
-    def name(self, phase: str, client: str) -> str:
-        return f"{phase}-{client}-{self.run_id}-{next(self.numbers)}"
-
-    def collector(self, topics: Sequence[str], **kwargs: Any) -> Collector:
-        """A :class:`Collector` of ``topics``, on every partition this run's topics have."""
-        return Collector(self.bootstrap, topics, partitions=self.partitions, **kwargs)
-
-    def topics(self, prefix: str) -> Topics:
-        from workers.embedded import create_topics
-
-        topics = Topics.of(prefix)
-        create_topics(self.bootstrap, dict.fromkeys(topics.all(), self.partitions))
-        return topics
-
-
 def median_run(runs: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
     """The run whose ``key`` is the median (the lower middle of an even number), with every run's ``key``.
 
@@ -788,10 +207,6 @@ def median_run(runs: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
     """
     ordered = sorted(runs, key=lambda run: run[key])
     return {**ordered[(len(ordered) - 1) // 2], "of_runs": [run[key] for run in ordered]}
-
-
-def _rate(n: int, seconds: float) -> float:
-    return n / seconds if seconds > 0 else float("nan")
 
 
 def phase_pipe(env: Environment, client: str, docs: Sequence[tuple[bytes, bytes]]) -> dict[str, Any]:
@@ -837,14 +252,6 @@ def _pipe_command(
         "compression": env.compression,
     }  # fmt: skip
     return [sys.executable, "-m", "benchmarks.service", "_pipe", json.dumps(spec)]
-
-
-def _worker(env: Environment, client: str, model: str, topics: Topics, group: str,
-            profile_out: Path | None = None) -> WorkerProcess:  # fmt: skip
-    return WorkerProcess(
-        bootstrap=env.bootstrap, redis_url=env.redis_url, model=model, client=client, topics=topics, group=group,
-        worker_args=env.worker_args, log_dir=env.log_dir, profile_out=profile_out,
-    )  # fmt: skip
 
 
 def phase_scoring(
@@ -929,16 +336,6 @@ def phase_learning(env: Environment, client: str, model: str, events: Sequence[t
     }
 
 
-def _model_version(redis_url: str, model: str) -> int:
-    from stream_winnow.models import connect, open_learner
-
-    client = connect(redis_url)
-    try:
-        return int(open_learner(client, model, create=False).store.version)
-    finally:
-        client.close()
-
-
 def phase_mixed(
     env: Environment, client: str, model: str, docs: Sequence[tuple[bytes, bytes]], labels: dict[bytes, bytes]
 ) -> dict[str, Any]:
@@ -994,127 +391,6 @@ def phase_mixed(
     }
 
 
-class _Pauses:
-    """The longest garbage collection of this process while installed (``gc.callbacks``)."""
-
-    def __init__(self) -> None:
-        self.longest_s = 0.0
-        self._started = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            self.longest_s = max(self.longest_s, time.perf_counter() - self._started)
-
-
-class Saturation(NamedTuple):
-    """How long a run's machine was saturated, and where its longest stretch lies among the samples."""
-
-    longest_ms: float
-    percent: float
-    # Indices of the samples that open and close the longest stretch (equal where there was none).
-    first: int
-    last: int
-
-
-def saturated(
-    samples: Sequence[tuple[float, tuple[int, int, int] | None]], threshold_percent: float = SATURATED_PERCENT,
-) -> Saturation:
-    """The longest stretch (ms) and the share (%) of time that the machine's CPUs were at least
-    ``threshold_percent`` busy, from ``(perf_counter s, broker_cost.machine_ticks())`` samples.
-
-    Each window between two samples counts whole or not at all; a stretch is consecutive such
-    windows. Three windows of 100 ms on 2 CPUs (20 ticks each), busy 20, 19 and 5 ticks:
-
-    >>> s = [(0.0, (0, 0, 0)), (0.1, (20, 20, 0)), (0.2, (40, 39, 0)), (0.3, (60, 44, 0))]
-    >>> saturated(s)
-    Saturation(longest_ms=200.0, percent=66.7, first=0, last=2)
-    """
-    longest = stretch = total = spanned = 0.0
-    first = last = opened = 0
-    for i, ((t0, ticks0), (t1, ticks1)) in enumerate(itertools.pairwise(samples)):
-        spanned += t1 - t0
-        busy = _share(ticks0, ticks1, 1)
-        if busy is not None and busy >= threshold_percent:
-            if stretch == 0.0:
-                opened = i
-            stretch += t1 - t0
-            total += t1 - t0
-            if stretch > longest:
-                longest, first, last = stretch, opened, i + 1
-        else:
-            stretch = 0.0
-    return Saturation(round(longest * 1000, 1), round(100.0 * total / spanned, 1) if spanned else 0.0, first, last)
-
-
-def stretch_cpu(start: tuple[float, _Usage], end: tuple[float, _Usage]) -> dict[str, float] | None:
-    """Who used the CPUs between two samples: % of one core for the runner, the broker, Redis, this
-    process (the load generator and the collector) and the rest of the machine (what is busy beyond
-    those four: the kernel's own threads, other services). None where ``/proc`` could not tell.
-
-    Over 300 ms on 2 CPUs at 100 ticks a second (60 ticks, 57 busy), the runner 0.24 s, the broker 0.15:
-
-    >>> a = _Usage(1.0, 2.0, (0, 0, 0), 0.5, 3.0)
-    >>> b = _Usage(1.24, 2.15, (60, 57, 0), 0.51, 3.06)
-    >>> {k: round(v) for k, v in stretch_cpu((0.0, a), (0.3, b)).items()}
-    {'runner': 80, 'broker': 50, 'redis': 3, 'harness': 20, 'rest': 37}
-    """
-    (t0, a), (t1, b) = start, end
-    if t1 <= t0 or a.machine is None or b.machine is None:
-        return None
-    shares: dict[str, float] = {}
-    for name, before, after in (("runner", a.runner_s, b.runner_s), ("broker", a.broker_s, b.broker_s),
-                                ("redis", a.redis_s, b.redis_s), ("harness", a.harness_s, b.harness_s)):  # fmt: skip
-        if before is None or after is None:
-            return None
-        shares[name] = 100.0 * (after - before) / (t1 - t0)
-    busy_s = (b.machine[1] - a.machine[1]) / _CLOCK_TICKS
-    shares["rest"] = max(0.0, 100.0 * busy_s / (t1 - t0) - sum(shares.values()))
-    return shares
-
-
-class _MachineSampler:
-    """The machine's CPU ticks and each process's CPU every ``window_s`` (``/proc``) on a thread of its own, while a latency run lasts.
-
-    The longest p99s have come with the machine saturated: in nine latency runs of the worker and
-    nine of its bare pipe at 34,000 documents/s (``--client confluent --phases latency
-    --latency-rate 34000 --repeats 3 --no-peers``, three invocations), the worker's 441.5 ms run had
-    the machine at least 95 % busy for 2,517 ms at a stretch and the bare pipe's 343.8 ms run for
-    707 ms, while the runs under 100 ms had at most 200 ms. Not every miss had one: the worker's
-    103.6 and 121.9 ms runs had 103 and 108 ms. In such a stretch the broker, which lists every
-    stored batch of a partition on each fetch, gets less CPU while the clients behind it fetch
-    more. :func:`saturated` reads the ticks this keeps, and :func:`stretch_cpu` who used them in the
-    longest stretch; nothing is kept where ``/proc`` cannot tell.
-    """
-
-    def __init__(self, pids: tuple[int, int | None, int | None], window_s: float = SATURATION_WINDOW_S) -> None:
-        self.samples: list[tuple[float, _Usage]] = []
-        self._pids = pids
-        self._window_s = window_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-machine-sampler", daemon=True)
-
-    def _run(self) -> None:
-        while True:
-            usage = _usage(*self._pids)
-            if usage.machine is None:
-                return
-            self.samples.append((time.perf_counter(), usage))
-            if self._stop.wait(self._window_s):
-                return
-
-    def start(self) -> _MachineSampler:
-        self._thread.start()
-        return self
-
-    def stop(self) -> list[tuple[float, _Usage]]:
-        """Stop sampling and return the samples."""
-        self._stop.set()
-        self._thread.join()
-        return self.samples
-
-
 def latency_documents(rate: float, seconds: float, warmup_s: float = LATENCY_WARMUP_S) -> int:
     """Documents a paced latency run sends: ``rate`` a second through its warm-up and ``seconds``.
 
@@ -1157,18 +433,6 @@ def phase_latency(
             gc.enable()
             gc.unfreeze()
     return {**measured, "harness_gc_max_ms": pauses.longest_s * 1000}
-
-
-@contextmanager
-def _broker_for_run(env: Environment, fresh: bool) -> Iterator[Environment]:
-    """``env`` itself, or ``env`` on a new embedded broker, stopped when the run ends."""
-    if not fresh:
-        yield env
-        return
-    from workers.embedded import start_broker
-
-    with start_broker() as broker:
-        yield replace(env, bootstrap=broker.bootstrap_servers, broker_pid=broker.pid)
 
 
 def _paced(
@@ -1322,122 +586,6 @@ def _paced(
     }
 
 
-class _LoadProducer:
-    """The latency phase's producer of documents, lean so that it takes little of the CPU it shares with the worker.
-
-    With confluent-kafka, ``sender`` is librdkafka's own ``produce`` and librdkafka reports only
-    failed sends (``delivery.report.only.error``): no Python call a document beyond the send. The
-    transport's producer, which the worker needs to know when each batch is acknowledged, makes one
-    per document. At 19,300 documents/s the load generator's thread took 16-19 % of a core with that
-    one and 12-13 % with this (the harness, collector included, 12.5-12.7 → 11.4-11.6 µs of CPU a
-    document; ``--phases latency --latency-rate 19300 --no-peers``). With kafka-python, the
-    transport's producer is used.
-    """
-
-    def __init__(self, settings: Any) -> None:
-        self._errors: list[Any] = []
-        self._raw: Any = None
-        self._producer: Any = None
-        if _helper_client() == "confluent":
-            import confluent_kafka
-
-            from workers.transport.confluent import producer_configs
-
-            self._raw = confluent_kafka.Producer({
-                **producer_configs(settings),
-                "delivery.report.only.error": True, "on_delivery": lambda error, _message: self._errors.append(error),
-            })  # fmt: skip
-        else:
-            from workers.transport import make_producer
-
-            self._producer = make_producer(settings, "kafka-python")
-
-    def sender(self, topic: str) -> Callable[[bytes, bytes], None]:
-        """``send(value, key)`` to ``topic``."""
-        if self._raw is not None:
-            return partial(self._raw.produce, topic)
-        return lambda value, key: self._producer.send(topic, value, key=key)
-
-    def poll(self) -> None:
-        """Serve librdkafka's reports of failed sends (a no-op with kafka-python)."""
-        if self._raw is not None:
-            self._raw.poll(0)
-
-    def flush(self) -> None:
-        """Wait until every document is acknowledged; raise ``TransportError`` if any send failed."""
-        if self._raw is None:
-            self._producer.flush()
-            return
-        left = self._raw.flush(60.0)
-        if self._errors or left:
-            raise TransportError(f"{len(self._errors)} load message(s) failed ({left} unacknowledged): "
-                                 f"{self._errors[:1]}")  # fmt: skip
-
-    def close(self) -> None:
-        """Release the client now: librdkafka's producer and its failure callback refer to each other, so
-        without this it lived on until a garbage collection, reconnecting to a broker already stopped."""
-        if self._producer is not None:
-            self._producer.close()
-        self._raw = None
-
-
-def _cpu_s(pid: int | None) -> float | None:
-    """CPU seconds so far of process ``pid`` (the broker's, Redis's); None where it is unknown or /proc cannot tell."""
-    return None if pid is None else cpu_seconds(pid)
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """``broker_cost.cpu_seconds`` (Linux ``/proc``), or None where it cannot tell."""
-    from benchmarks.broker_cost import cpu_seconds as read
-
-    try:
-        return read(pid)
-    except OSError:
-        return None
-
-
-class _Usage(NamedTuple):
-    """CPU used so far (seconds): by the runner, the broker, Redis and this process (the load generator and
-    the collector); and the machine's ticks (``broker_cost.machine_ticks``). None where ``/proc`` cannot tell."""
-
-    runner_s: float | None
-    broker_s: float | None
-    machine: tuple[int, int, int] | None
-    redis_s: float | None
-    harness_s: float | None
-    tasks: int | None = None  # processes and threads the machine has started (broker_cost.tasks_started)
-
-
-def _usage(runner_pid: int, broker_pid: int | None, redis_pid: int | None) -> _Usage:
-    from benchmarks.broker_cost import machine_ticks, tasks_started
-
-    try:
-        machine: tuple[int, int, int] | None = machine_ticks()
-        tasks: int | None = tasks_started()
-    except (OSError, ValueError):
-        machine = tasks = None
-    return _Usage(
-        cpu_seconds(runner_pid), _cpu_s(broker_pid), machine, _cpu_s(redis_pid), cpu_seconds(os.getpid()), tasks,
-    )  # fmt: skip
-
-
-def _tasks_between(start: _Usage, end: _Usage) -> int | None:
-    """Tasks the machine started between two readings (None where ``/proc`` could not tell)."""
-    return None if start.tasks is None or end.tasks is None else end.tasks - start.tasks
-
-
-def _per_document_us(start_s: float | None, end_s: float | None, documents: int) -> float | None:
-    """CPU µs a document between two readings of seconds used (None where either is unknown)."""
-    return None if start_s is None or end_s is None else (end_s - start_s) / documents * 1e6
-
-
-def _share(start: tuple[int, int, int] | None, end: tuple[int, int, int] | None, part: int) -> float | None:
-    """Percent of the ticks between ``start`` and ``end`` that went to ``part`` (1 busy, 2 steal)."""
-    if start is None or end is None or end[0] <= start[0]:
-        return None
-    return 100.0 * (end[part] - start[part]) / (end[0] - start[0])
-
-
 def _without_ts(message: bytes) -> bytes:
     """A document encoded with ``ts`` 0 (its last field), cut before the value: append any packed ts."""
     assert message.endswith(b"\xa2ts\x00"), "encode_document puts ts last"
@@ -1492,18 +640,6 @@ def run_peers(stream: Sequence[LabelledDocument]) -> dict[str, Any]:
         except ImportError as error:  # the extra `bench` is not installed
             out[name] = {"per_s": float("nan"), "micro_f1": float("nan"), "note": str(error)}
     return out
-
-
-# ---------------------------------------------------------------------------------------------------
-# the run
-
-
-def worker_settings(worker_args: Sequence[str]) -> Any:
-    """The WorkerConfig the worker will build from ``worker_args`` (and the environment): batch size, shards."""
-    from workers.cli_service import worker, worker_config
-
-    context = worker.make_context("worker", list(worker_args))
-    return worker_config(context.params)
 
 
 def _latency_broker(kind: str) -> str:
@@ -1651,10 +787,6 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
         results["peers"] = run_peers(base)
     results["load_average_end"] = os.getloadavg()[0]
     return results
-
-
-# ---------------------------------------------------------------------------------------------------
-# report
 
 
 def _f(value: float, digits: int = 0) -> str:
@@ -1987,3 +1119,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.json:
         print(json.dumps(results, default=str))
 
+
+if __name__ == "__main__":
+    main()
