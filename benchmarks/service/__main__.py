@@ -1,6 +1,6 @@
-"""``python -m benchmarks.service``: the benchmark's command line."""
+"""``python -m benchmarks.service``: the benchmark's command line (:mod:`benchmarks.service.cli`)."""
 
-from benchmarks.service import main
+from benchmarks.service.cli import main
 
 if __name__ == "__main__":
     main()
