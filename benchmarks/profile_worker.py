@@ -102,7 +102,7 @@ def main() -> None:
             docs += docs
         mistaken: list[str] = []
         if args.what == "learn" and args.labels == "mistaken":
-            from benchmarks.service import mistaken_labels
+            from benchmarks.service.model import mistaken_labels
 
             mistaken = mistaken_labels(fitted, docs[: args.batch * (args.batches + 1)])[0]
         for start in range(0, args.batch * (args.batches + 1), args.batch):

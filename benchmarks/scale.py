@@ -81,15 +81,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.service import (
-    Collector,
-    Topics,
-    WorkerProcess,
-    _helper_client,
-    _memory_usage,
-    _settings,
-    cpu_seconds,
-)
+from benchmarks.service.collector import Collector
+from benchmarks.service.config import _helper_client, _settings
+from benchmarks.service.measure import cpu_seconds
+from benchmarks.service.model import _memory_usage
+from benchmarks.service.services import Topics, WorkerProcess
 from stream_winnow.codec import DocumentMessage, LabelledEvent, decode_decision, encode_document, encode_labelled_event
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import CodecError, TransportError
@@ -190,7 +186,7 @@ def load_stream(config: ScaleConfig) -> Stream:
         raise SystemExit("give --source (Reuters-21578 .tar.gz) or --synthetic N")
     docs = docs[: config.documents] if config.documents is not None else docs
     if config.passes > 1:
-        from benchmarks.service import repeat_stream
+        from benchmarks.service.load import repeat_stream
 
         docs = repeat_stream(docs, config.passes * len(docs))
         what += f" × {config.passes} passes"

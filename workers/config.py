@@ -71,7 +71,7 @@ class WorkerConfig:
     topics: Topics = field(default_factory=Topics)
     # One batch = one Redis read round trip for scoring and one script per shard for learning. At
     # saturation 2,000 documents are ~60 ms of scoring; learning gains most: 4,746 / 4,902 mistaken
-    # events/s at 1,000, 6,830 / 6,336 at 2,000 (benchmarks/service.py --phases learning, two runs
+    # events/s at 1,000, 6,830 / 6,336 at 2,000 (benchmarks.service --phases learning, two runs
     # each), while the longest script blocks Redis for up to 12.5 ms instead of 5.6
     # (benchmarks/profile_worker.py learn --batch 1000, then 2000). Below saturation batches stay
     # small whatever this is.
@@ -79,7 +79,7 @@ class WorkerConfig:
     # A backlog of labelled events only (a relabelling job, a worker catching up) is learned in
     # batches of up to this many: each changed row is written once a batch, so larger batches write
     # fewer rows an event. Learning at 4,000: 5,310 / 5,166 mistaken events/s against 3,959 / 3,561
-    # at 2,000 (benchmarks/service.py --phases learning). Documents keep batch_max_docs: with 4,000
+    # at 2,000 (benchmarks.service --phases learning). Documents keep batch_max_docs: with 4,000
     # for them too the p99 at 12,000 docs/s rose from 86-87 to 111-154 ms.
     batch_max_labels: int = 4000
     # With peers learning the same model, a worker learns a batch in rounds, reading the rows again
@@ -92,7 +92,7 @@ class WorkerConfig:
     # take what one fetch brought). Below saturation it buys CPU with latency, more latency than the
     # linger itself: at 18,700 documents/s (half this machine's maximum that day), 15 ms took the
     # worker from 42.6-46.6 to 35.7-41.0 µs of CPU a document and the broker from 21.7-24.5 to
-    # 19.2-21.3, the p50 from 34-40 ms to 66-84, the p99 from 59-118 to 130-169 (benchmarks/service.py
+    # 19.2-21.3, the p50 from 34-40 ms to 66-84, the p99 from 59-118 to 130-169 (benchmarks.service
     # --phases latency --latency-rate 18700 --repeats 2, with --worker-arg=--batch-linger-ms=15 and
     # without, three pairs alternating; one invocation of each had a run over 1 s while the host stole
     # 10-20 % of the CPUs). Hence 0: the service is built for latency.
@@ -104,7 +104,7 @@ class WorkerConfig:
     # another 10 %; with 2 the acknowledgements (about 8 ms a batch) overlap the next batches' work.
     # With decisions lingering 20 ms (the default then) an acknowledgement took 2-3 batches at half the maximum load,
     # so 2 still made the loop wait (6 % of it, py-spy at 12,600 documents/s); with 4 the p99 there
-    # was 55.7 / 70.9 / 68.2 ms against 73.0 / 82.4 / 82.0 (benchmarks/service.py --phases latency,
+    # was 55.7 / 70.9 / 68.2 ms against 73.0 / 82.4 / 82.0 (benchmarks.service --phases latency,
     # pairs alternating). A crash repeats at most this many + 1 batches (updates still apply once).
     max_batches_in_flight: int = 4
     # Acknowledged offsets are committed at most this often while the stream flows (0: after every
@@ -112,7 +112,7 @@ class WorkerConfig:
     # topics go quiet, on a rebalance and at stop. A crash repeats up to this much input more
     # (labels still apply once), as with Kafka's auto.commit.interval.ms (5 s by default). At 24,574
     # documents/s with confluent, 0 sent 83-86 commits a second, 100 ms 9.3-9.4 and 1,000 ms one
-    # (benchmarks/service.py --phases latency --latency-rate 24574 --repeats 2 --worker-arg=
+    # (benchmarks.service --phases latency --latency-rate 24574 --repeats 2 --worker-arg=
     # --commit-interval-ms=N, three pairs alternating for each); on the embedded broker the CPU
     # and the p99 did not move beyond the noise (the worker 26.1-29.3 µs a document with 0 and
     # 27.2-28.9 with 100; p99s 38.1-44.8 and 37.7-52.6 ms). 100 ms keeps a tenth of the commit
@@ -123,7 +123,7 @@ class WorkerConfig:
     # Scores a decision carries: the N highest plus any assigned category below them (None: every
     # category's). All 90 of the Reuters model make a decision ~1,500 bytes, 10 make it ~300; at
     # 25,000 documents/s on the embedded broker (--linger-ms 20) one worker's p99 latency was
-    # 209-684 ms with every score and 75-85 ms with 10 (benchmarks/service.py --phases latency,
+    # 209-684 ms with every score and 75-85 ms with 10 (benchmarks.service --phases latency,
     # three runs each).
     decision_scores: int | None = DEFAULT_DECISION_SCORES
     # Learner used when the model does not exist yet (an existing model keeps its own).

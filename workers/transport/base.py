@@ -116,7 +116,7 @@ class KafkaSettings:
     # How long the broker holds a fetch waiting for data: bounds the latency added when a
     # topic is quiet (the client default of 500 ms is tuned for throughput only). Tansu holds
     # every fetch that finds nothing new for the whole wait even as data arrives: at 10,000
-    # documents/s a worker's p99 was 217 ms with 100 here and 116 ms with 10 (benchmarks/service.py
+    # documents/s a worker's p99 was 217 ms with 100 here and 116 ms with 10 (benchmarks.service
     # --phases latency --latency-rate 10000). Apache Kafka
     # answers as soon as data is there, so the wait only costs idle fetches (100 a second).
     fetch_max_wait_ms: int = 10

@@ -2,7 +2,7 @@
 
 Waiting for the broker's acknowledgements before taking the next batch was the largest part
 of a worker's loop: 38 % of its time at 12,000 documents/s, and the commit another 10 %
-(py-spy, ``benchmarks/service.py --phases latency``). So the loop goes on with the next
+(py-spy, ``benchmarks.service --phases latency``). So the loop goes on with the next
 batch while the broker acknowledges, and commits each batch's offsets, oldest first, once
 all its outputs are acknowledged::
 

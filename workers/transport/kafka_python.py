@@ -55,7 +55,7 @@ _MAX_BLOCK_MS = 10_000
 # nothing buffered and no fetch in flight, and that happens under a steady stream too, where it
 # can push a paced worker's p99 past 100 ms. The consumer's retry backoff is therefore the fetch
 # wait's order, 10 ms: an idle poll costs at most that, and a failed request is retried that much
-# sooner (benchmarks/service.py --client kafka-python --phases latency shows the difference).
+# sooner (benchmarks.service --client kafka-python --phases latency shows the difference).
 _CONSUMER_RETRY_BACKOFF_MS = 10
 
 
