@@ -76,12 +76,18 @@ def assert_same_model(fast: MistakeDriven, slow: MistakeDriven, docs: Sequence[L
     assert fast.d == slow.d
 
 
-def assert_same_result(a: runs.EvaluationResult, b: runs.EvaluationResult) -> None:
-    """Same scores, sizes, categories, learning curve and training mistakes (not the same seconds)."""
+def assert_same_result(a: runs.EvaluationResult, b: runs.EvaluationResult, bep_abs: float = 0.0) -> None:
+    """Same scores, sizes, categories, learning curve and training mistakes (not the same seconds).
+
+    ``bep_abs``: the break-even point ranks every margin of every category, and in one-of mode the
+    categories never picked as a rival keep identical rows, so their margins tie and the two paths'
+    last-bit differences order them differently; the decisions (every other figure) are the same.
+    """
     x, y = a.as_dict(), b.as_dict()
     for key in ("seconds", "docs_per_second"):
         x.pop(key)
         y.pop(key)
+    assert x.pop("micro_bep") == pytest.approx(y.pop("micro_bep"), rel=1e-12, abs=bep_abs)
     assert x.pop("mistakes_per_pass", None) == y.pop("mistakes_per_pass", None)
     assert x == pytest.approx(y, rel=1e-12)
     assert a.categories == b.categories
@@ -106,7 +112,7 @@ def test_prequential_compiled_equals_python(name: str, mode: str) -> None:
     docs = stream()
     fast, slow = pair(name, mode=mode, **NO_TIES[name])
     a, b = prequential(fast, docs), prequential(slow, docs)
-    assert_same_result(a, b)
+    assert_same_result(a, b, bep_abs=0.005 if mode == "one-of" else 0.0)
     assert a.categories == ("a", "b", "c", "d", "e")
     assert_same_model(fast, slow, docs)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from stream_winnow.datasets import read_labelled_jsonl, read_modapte, write_modapte
+from stream_winnow.datasets import read_labelled_jsonl, read_modapte, read_single_label, write_modapte
 from stream_winnow.evaluation.runs import EvaluationResult, holdout, prequential
 from stream_winnow.features import STRENGTHS, FeatureConfig
 from stream_winnow.learners import DECISION_MODES, LEARNERS, Learner, build_learner
@@ -85,9 +85,12 @@ def dataset() -> None:
               help="The distribution: a folder with reut2-*.sgm or the .tar.gz.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder.")
 @click.option("--top", type=click.IntRange(min=1), default=None, help="Keep the N most frequent categories.")
-def reuters21578(source: Path, out: Path, top: int | None) -> None:
+@click.option("--single-label", is_flag=True,
+              help="Only documents with exactly one topic, for one-of work: R52 (52 categories, 6,532 / 2,569); "
+                   "with --top 8, R8 (5,567 / 2,208).")
+def reuters21578(source: Path, out: Path, top: int | None, single_label: bool) -> None:
     """Write train.jsonl and test.jsonl of the ModApte split (7,770 / 3,019 documents, 90 categories)."""
-    split = read_modapte(source, top=top)
+    split = read_single_label(source, top=top) if single_label else read_modapte(source, top=top)
     train_path, test_path = write_modapte(split, out)
     click.echo(f"{train_path}: {len(split.train)} documents")
     click.echo(f"{test_path}: {len(split.test)} documents")

@@ -10,6 +10,6 @@ from stream_winnow.datasets.labelled_jsonl import (
     read_labelled_jsonl,
     write_labelled_jsonl,
 )
-from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte, write_modapte
+from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte, read_single_label, write_modapte
 
-__all__ = ["FileDocument", "ModApteSplit", "read_jsonl_documents", "read_labelled_jsonl", "read_modapte", "write_labelled_jsonl", "write_modapte"]
+__all__ = ["FileDocument", "ModApteSplit", "read_jsonl_documents", "read_labelled_jsonl", "read_modapte", "read_single_label", "write_labelled_jsonl", "write_modapte"]

@@ -100,7 +100,7 @@ def run(
         order, stream.indptr, stream.rows, stream.strengths, stream.label_indptr, stream.label_columns, born,
         weights, offsets[first], offsets[second], offsets[KEEP_TABLE], n, rule, alpha, beta,
         learner.theta, learner.theta_minus, learner.theta_plus, learner.theta / d, bounds.low, bounds.high,
-        learn, margins, updates, actions if actions is not None else np.zeros((0, 0), dtype=np.int8),
+        learn, learner.mode == "one-of", margins, updates, actions if actions is not None else np.zeros((0, 0), dtype=np.int8),
     )  # fmt: skip
     if mistakes:
         amounts = {names[c]: float(updates[c]) for c in np.flatnonzero(updates).tolist()}

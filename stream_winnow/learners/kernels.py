@@ -49,6 +49,7 @@ def run_stream(  # noqa: PLR0913 - a compiled kernel takes flat arrays, not obje
     low: float,
     high: float,
     learn: bool,
+    one_of: bool,
     margins_out: np.ndarray,
     updates_out: np.ndarray,
     actions_out: np.ndarray,
@@ -91,15 +92,29 @@ def run_stream(  # noqa: PLR0913 - a compiled kernel takes flat arrays, not obje
         truth[:] = False
         for j in range(label_indptr[i], label_indptr[i + 1]):
             truth[label_columns[j]] = True
+        action[:] = 0
+        if one_of:
+            # Winner take all: each true category not ahead of the best-scoring wrong one by the
+            # thick threshold's width is promoted, and that wrong one demoted.
+            rival = -1
+            for c in range(n_categories):
+                if born[c] <= position and not truth[c] and (rival < 0 or scores[c] > scores[rival]):
+                    rival = c
+            if rival >= 0:
+                for c in range(n_categories):
+                    if born[c] <= position and truth[c] and scores[c] - scores[rival] <= theta_plus - theta_minus:
+                        action[c] = 1
+                        action[rival] = -1
+        else:
+            for c in range(n_categories):
+                if born[c] > position:
+                    continue
+                if truth[c] and scores[c] <= theta_plus:
+                    action[c] = 1
+                elif not truth[c] and scores[c] >= theta_minus:
+                    action[c] = -1
         n_mistaken = 0
         for c in range(n_categories):
-            action[c] = 0
-            if born[c] > position:
-                continue
-            if truth[c] and scores[c] <= theta_plus:
-                action[c] = 1
-            elif not truth[c] and scores[c] >= theta_minus:
-                action[c] = -1
             if action[c] != 0:
                 mistaken[n_mistaken] = c
                 n_mistaken += 1

@@ -175,8 +175,7 @@ class MistakeDriven(Learner):
         if margins is None or len(margins) != len(truth):
             margins = self.margins(vector)
         scores = margins + self.theta
-        promote = np.flatnonzero(truth & (scores <= self.theta_plus))
-        demote = np.flatnonzero(~truth & (scores >= self.theta_minus))
+        promote, demote = self.mistaken(truth, scores)
         names = self.store.categories()
         outcome = LearnOutcome(
             tuple(names[i] for i in promote.tolist()), tuple(names[i] for i in demote.tolist()), False
@@ -189,6 +188,32 @@ class MistakeDriven(Learner):
         updates: list[Update] = list(self.rule_updates(vector, promote, demote)) if len(vector) else []
         updates += self.bookkeeping(outcome.promoted + outcome.demoted)
         return updates, outcome
+
+    def mistaken(self, truth: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The category columns to promote and to demote for a document with true columns ``truth``.
+
+        ``any-of``: each category on its own, by the thick threshold: a true one scoring at most
+        ``theta_plus`` is promoted, a wrong one scoring at least ``theta_minus`` demoted. ``one-of``:
+        winner take all: each true category not ahead of the best-scoring wrong one by the
+        threshold's width (``theta_plus - theta_minus``) is promoted, and that wrong one demoted.
+
+        >>> from stream_winnow.learners import build_learner
+        >>> truth = np.array([True, False, False])
+        >>> build_learner("perceptron").mistaken(truth, np.array([1.5, 0.95, 0.2]))
+        (array([], dtype=int64), array([1]))
+        >>> build_learner("perceptron", mode="one-of").mistaken(truth, np.array([1.5, 1.35, 0.2]))
+        (array([0]), array([1]))
+        >>> build_learner("perceptron", mode="one-of").mistaken(truth, np.array([1.5, 0.95, 0.2]))
+        (array([], dtype=int64), array([], dtype=int64))
+        """
+        if self.mode != "one-of":
+            return np.flatnonzero(truth & (scores <= self.theta_plus)), np.flatnonzero(~truth & (scores >= self.theta_minus))
+        wrong = np.flatnonzero(~truth)
+        if not len(wrong) or not truth.any():
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        rival = int(wrong[np.argmax(scores[wrong])])
+        promote = np.flatnonzero(truth & (scores - scores[rival] <= self.theta_plus - self.theta_minus))
+        return promote, (np.array([rival]) if len(promote) else np.zeros(0, dtype=np.int64))
 
     def discard(self, candidates: np.ndarray | None = None) -> DiscardReport:
         """Switch off every feature whose weights never moved more than one step (§4.4).
