@@ -513,7 +513,8 @@ def status(redis_url: str, as_json: bool) -> None:
         click.echo(f"  features    {m['features']}")
         click.echo(f"  memory      {_bytes(m['memory_bytes'])} in {m['keys']} keys{estimate}")
         click.echo(f"  version     {m['version']}")
-        click.echo(f"  updated at  {m['updated_at'] or 'not recorded'}")
+        if m["updated_at"]:  # set by train and import; a model a worker created is dated by its version only
+            click.echo(f"  trained at  {m['updated_at']}")
         counts = ", ".join(f"{name} {n}" for name, n in m["updates_per_category"].items())
         click.echo(f"  updates     {m['updates']} documents" + (f"; per category: {counts}" if counts else ""))
         rates = ", ".join(f"{name} {rate:.0%}" for name, rate in m["mistake_rate_per_category"].items())

@@ -272,7 +272,7 @@ def test_status(redis_url: str, trained_model: str) -> None:
     assert model["memory_bytes"] > 0 and model["memory_sampled"] is False and model["keys"] > model["features"]
     assert model["updated_at"] and set(model["updates_per_category"]) == {"grain", "oil", "earn", "acq"}
     text = ok("status", "--redis-url", redis_url).output
-    for field in (f"model {trained_model!r}", "learner", "features", "memory", "version", "updated at", "updates"):
+    for field in (f"model {trained_model!r}", "learner", "features", "memory", "version", "trained at", "updates"):
         assert field in text
 
 
