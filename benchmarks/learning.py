@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from stream_winnow.text.features import FeatureConfig
+
 from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte
 from stream_winnow.evaluation.runs import holdout, prequential
-from stream_winnow.features import FeatureConfig
 from stream_winnow.learners import build_learner
 from stream_winnow.learners.base import Learner
 from stream_winnow.training import TrainingConfig

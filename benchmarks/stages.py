@@ -26,12 +26,12 @@ from collections.abc import Callable
 
 import msgpack
 import numpy as np
+from stream_winnow.text.features import Featurizer
 
 from stream_winnow.codec import Decision, decode_document, encode_decision, encode_decisions
 from stream_winnow.datasets import read_modapte
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.fast_documents import parse_documents
-from stream_winnow.features import Featurizer
 from stream_winnow.learners import build_learner
 from stream_winnow.learners.base import Learner
 from stream_winnow.models import connect

@@ -23,10 +23,11 @@ import click
 import numpy as np
 from redis.cluster import RedisCluster
 from scipy import sparse
+from stream_winnow.text.features import _BIGRAM_JOIN, FIRST_TOKEN_ID, feature_id
+from stream_winnow.text.tokenize import tokenize
 
 from stream_winnow.datasets import read_labelled_jsonl
 from stream_winnow.errors import ConfigError, DataError
-from stream_winnow.features import _BIGRAM_JOIN, FIRST_TOKEN_ID, feature_id
 from stream_winnow.learners import Learner, describe, from_metadata
 from stream_winnow.learners.base import UPDATES_COUNTER
 from stream_winnow.learners.mistake_driven import KEEP_TABLE, MistakeDriven
@@ -43,7 +44,6 @@ from stream_winnow.snapshot import (
 )
 from stream_winnow.stores.base import TableSpec
 from stream_winnow.stores.redis import RedisStore
-from stream_winnow.tokenize import tokenize
 from stream_winnow.training import fit
 from workers.cli_learning import learner_options, make_learner
 from workers.cli_service import model_options, option

@@ -42,6 +42,7 @@ from typing import Any
 
 import msgpack
 import numpy as np
+from stream_winnow.text.features import FeatureBatch, Featurizer, gather_rows
 
 from stream_winnow.codec import (
     DeadLetter,
@@ -57,7 +58,6 @@ from stream_winnow.codec import (
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, TransportError
 from stream_winnow.fast_documents import ParsedDocuments, parse_documents
-from stream_winnow.features import FeatureBatch, Featurizer, gather_rows
 from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import MistakeDriven
