@@ -25,12 +25,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from stream_winnow.text.features import FeatureConfig
-
 from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte
 from stream_winnow.evaluation.runs import holdout, prequential
 from stream_winnow.learners import build_learner
 from stream_winnow.learners.base import Learner
+from stream_winnow.text.features import FeatureConfig
 from stream_winnow.training import TrainingConfig
 
 # The project's best settings: a wide thick threshold (a margin, as an SVM has) on raw sqrt strengths.

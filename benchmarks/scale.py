@@ -86,11 +86,17 @@ from benchmarks.service.config import _helper_client, _settings
 from benchmarks.service.measure import cpu_seconds
 from benchmarks.service.model import _memory_usage
 from benchmarks.service.services import Topics, WorkerProcess
-from stream_winnow.codec import DocumentMessage, LabelledEvent, decode_decision, encode_document, encode_labelled_event
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import CodecError, TransportError
 from stream_winnow.evaluation.runs import PREQUENTIAL_D_SAMPLE
 from stream_winnow.learners import LEARNERS
+from stream_winnow.wire.codec import (
+    DocumentMessage,
+    LabelledEvent,
+    decode_decision,
+    encode_document,
+    encode_labelled_event,
+)
 from workers.config import Topics as TopicNames
 
 __all__ = ["ScaleConfig", "main", "run_scale"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from stream_winnow.text.feature_hash import feature_ids
 from stream_winnow.text.features import FIRST_TOKEN_ID, feature_id
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from stream_winnow.text.features import FIRST_TOKEN_ID, FeatureConfig, Featurizer, feature_id
 
 from stream_winnow.errors import ConfigError
 from stream_winnow.text import features as features_module
+from stream_winnow.text.features import FIRST_TOKEN_ID, FeatureConfig, Featurizer, feature_id
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from stream_winnow.text.features import FeatureConfig
 
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import ConfigError
@@ -16,6 +15,7 @@ from stream_winnow.evaluation.runs import prequential
 from stream_winnow.learners import LEARNERS, Learner, MistakeDriven, build_learner, describe, from_metadata
 from stream_winnow.learners.mistake_driven import KEEP_TABLE
 from stream_winnow.learners.registry import hyperparameters
+from stream_winnow.text.features import FeatureConfig
 from stream_winnow.training import TrainingConfig, fit
 
 LINEAR = ("balanced-winnow", "positive-winnow", "perceptron")

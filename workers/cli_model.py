@@ -23,8 +23,6 @@ import click
 import numpy as np
 from redis.cluster import RedisCluster
 from scipy import sparse
-from stream_winnow.text.features import _BIGRAM_JOIN, FIRST_TOKEN_ID, feature_id
-from stream_winnow.text.tokenize import tokenize
 
 from stream_winnow.datasets import read_labelled_jsonl
 from stream_winnow.errors import ConfigError, DataError
@@ -44,6 +42,8 @@ from stream_winnow.snapshot import (
 )
 from stream_winnow.stores.base import TableSpec
 from stream_winnow.stores.redis import RedisStore
+from stream_winnow.text.features import _BIGRAM_JOIN, FIRST_TOKEN_ID, feature_id
+from stream_winnow.text.tokenize import tokenize
 from stream_winnow.training import fit
 from workers.cli_learning import learner_options, make_learner
 from workers.cli_service import model_options, option

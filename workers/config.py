@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from stream_winnow.codec import CodecLimits
 from stream_winnow.errors import ConfigError
+from stream_winnow.wire.codec import CodecLimits
 from workers.transport import Client, KafkaSettings
 
 ENV_PREFIX = "STREAM_WINNOW"

@@ -31,17 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from stream_winnow.codec import (
+from stream_winnow.documents import LabelledDocument
+from stream_winnow.errors import CodecError, ConfigError, TransportError
+from stream_winnow.evaluation.metrics import ClassificationReport, classification_report, label_matrix
+from stream_winnow.synthetic import DEFAULT_DOCUMENTS, synthetic_stream
+from stream_winnow.wire.codec import (
     DocumentMessage,
     LabelledEvent,
     decode_decision,
     encode_document,
     encode_labelled_event,
 )
-from stream_winnow.documents import LabelledDocument
-from stream_winnow.errors import CodecError, ConfigError, TransportError
-from stream_winnow.evaluation.metrics import ClassificationReport, classification_report, label_matrix
-from stream_winnow.synthetic import DEFAULT_DOCUMENTS, synthetic_stream
 from workers.config import ENV_PREFIX, Topics
 from workers.embedded import EmbeddedBroker, EmbeddedRedis, create_topics, free_port, start_broker, start_redis
 from workers.transport import Client, KafkaSettings, make_producer

@@ -42,22 +42,9 @@ from typing import Any
 
 import msgpack
 import numpy as np
-from stream_winnow.text.features import FeatureBatch, Featurizer, gather_rows
 
-from stream_winnow.codec import (
-    DeadLetter,
-    Decision,
-    DocumentMessage,
-    LabelledEvent,
-    decode_document,
-    decode_labelled_event,
-    encode_dead_letter,
-    encode_decision,
-    encode_decisions,
-)
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, TransportError
-from stream_winnow.fast_documents import ParsedDocuments, parse_documents
 from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import MistakeDriven
@@ -68,7 +55,20 @@ from stream_winnow.stores.base import StaleWatermark, Update
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.delta import RowDelta, delta_between, fold_updates, sum_counters
 from stream_winnow.stores.memory import MemoryStore
-from stream_winnow.top_scores import reported_scores
+from stream_winnow.text.features import FeatureBatch, Featurizer, gather_rows
+from stream_winnow.wire.codec import (
+    DeadLetter,
+    Decision,
+    DocumentMessage,
+    LabelledEvent,
+    decode_document,
+    decode_labelled_event,
+    encode_dead_letter,
+    encode_decision,
+    encode_decisions,
+)
+from stream_winnow.wire.fast_documents import ParsedDocuments, parse_documents
+from stream_winnow.wire.top_scores import reported_scores
 from workers.config import WorkerConfig
 from workers.ledger import OffsetLedger, event_hash, source_of
 from workers.metrics import WorkerMetrics

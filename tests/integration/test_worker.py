@@ -17,12 +17,12 @@ import msgpack
 import numpy as np
 import pytest
 
-from stream_winnow.codec import decode_dead_letter, decode_decision
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.evaluation.metrics import classification_report, label_matrix
 from stream_winnow.evaluation.runs import prequential
 from stream_winnow.learners import build_learner
 from stream_winnow.models import connect, open_learner
+from stream_winnow.wire.codec import decode_dead_letter, decode_decision
 from workers.transport import KafkaSettings, make_consumer, make_producer
 
 pytestmark = pytest.mark.integration
