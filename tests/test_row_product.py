@@ -9,7 +9,7 @@ from scipy import sparse
 
 from stream_winnow.learners import build_learner
 from stream_winnow.learners.base import Learner
-from stream_winnow.row_product import rows_product
+from stream_winnow.learners.row_product import rows_product
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.synthetic import synthetic_stream
 from stream_winnow.training import fit
