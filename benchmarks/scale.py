@@ -267,8 +267,8 @@ def redis_cpu_s(nodes: Iterable[tuple[str, int]]) -> float:
 def create_model(redis_url: str, learner: str, docs: Sequence[LabelledDocument]) -> None:
     """Create the empty model before any worker starts (so none races another to create it) and fix d from
     the first documents, as the in-process reference does."""
-    from stream_winnow.models import connect, open_learner
-    from stream_winnow.training import estimate_d
+    from stream_winnow.models.named import connect, open_learner
+    from stream_winnow.models.training import estimate_d
 
     client = connect(redis_url)
     try:
@@ -475,7 +475,7 @@ def accounted_keys(keys: Iterable[bytes], model: str) -> list[bytes]:
 def accounted_memory(redis_url: str, learner: str) -> int:
     """Bytes of :func:`accounted_keys` of the model: MEMORY USAGE with every member counted."""
     from stream_winnow.learners import build_learner
-    from stream_winnow.models import connect
+    from stream_winnow.models.named import connect
     from stream_winnow.stores.redis import RedisStore
 
     client = connect(redis_url)
@@ -512,8 +512,8 @@ def micro_f1(truth: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]],
 def holdout_micro_f1(redis_url: str, stream: Stream) -> float:
     """The final model, copied from Redis into memory, scored on the held-out documents."""
     from stream_winnow.learners import from_metadata
-    from stream_winnow.models import connect, open_learner
-    from stream_winnow.snapshot import copy_model
+    from stream_winnow.models.named import connect, open_learner
+    from stream_winnow.models.snapshot import copy_model
     from stream_winnow.stores.memory import MemoryStore
 
     client = connect(redis_url)
@@ -543,7 +543,7 @@ def in_process_run(learner: str, stream: Stream, delay: int) -> tuple[list[tuple
     so its decisions saw at least as many labels as this reference's with that delay.
     """
     from stream_winnow.learners import build_learner
-    from stream_winnow.training import estimate_d
+    from stream_winnow.models.training import estimate_d
 
     model = build_learner(learner)
     estimate_d(model, model.featurizer.transform_many([doc.tokens for doc in stream.docs[:PREQUENTIAL_D_SAMPLE]]))

@@ -384,8 +384,8 @@ def _worker_env(bootstrap_servers: str, redis_url: str, config: DemoConfig) -> d
 
 def _prepare_model(redis_url: str, stream: Sequence[LabelledDocument]) -> None:
     """Create the model and fix its d from the first documents' tokens, so every worker scores alike."""
-    from stream_winnow.models import connect, open_learner
-    from stream_winnow.training import estimate_d
+    from stream_winnow.models.named import connect, open_learner
+    from stream_winnow.models.training import estimate_d
 
     client = connect(redis_url)
     try:
@@ -397,7 +397,7 @@ def _prepare_model(redis_url: str, stream: Sequence[LabelledDocument]) -> None:
 
 
 def _model_version(redis_url: str) -> int:
-    from stream_winnow.models import connect, open_learner
+    from stream_winnow.models.named import connect, open_learner
 
     client = connect(redis_url)
     try:

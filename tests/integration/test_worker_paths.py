@@ -21,7 +21,7 @@ from redis.retry import Retry
 
 from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import StoreError, TransportError
-from stream_winnow.models import connect, open_learner
+from stream_winnow.models.named import connect, open_learner
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.synthetic import synthetic_stream
 from stream_winnow.text.features import Featurizer
