@@ -28,11 +28,11 @@ import msgpack
 import numpy as np
 
 from stream_winnow.datasets import read_modapte
-from stream_winnow.document_cache import DocumentCache
 from stream_winnow.learners import build_learner
 from stream_winnow.learners.base import Learner
 from stream_winnow.models.named import connect
 from stream_winnow.models.training import fit
+from stream_winnow.shared.document_cache import DocumentCache
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.text.features import Featurizer
 from stream_winnow.wire.codec import Decision, decode_document, encode_decision, encode_decisions

@@ -40,7 +40,7 @@ from stream_winnow.models.snapshot import (
     restore_snapshot,
 )
 from stream_winnow.models.training import fit
-from stream_winnow.outcomes import mistake_rates, recent_outcomes
+from stream_winnow.shared.outcomes import mistake_rates, recent_outcomes
 from stream_winnow.stores.base import TableSpec
 from stream_winnow.stores.redis import RedisStore
 from stream_winnow.text.features import _BIGRAM_JOIN, FIRST_TOKEN_ID, feature_id

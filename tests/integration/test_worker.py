@@ -221,7 +221,7 @@ def test_labelled_events_sent_twice_change_the_weights_once(
         ids = np.array(sorted({learner.featurizer.token_id(t) for d in docs for t in d.tokens}), dtype=np.int64)
         return version, learner.store.read(ids)
 
-    from stream_winnow.outcomes import mistake_rates, recent_outcomes
+    from stream_winnow.shared.outcomes import mistake_rates, recent_outcomes
 
     service.produce("labels", events)
     deadline = time.monotonic() + 90  # every event learned once (a quiet model alone can be a slow batch)
