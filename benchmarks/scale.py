@@ -178,7 +178,7 @@ def load_stream(config: ScaleConfig) -> Stream:
     """ModApte's training documents (or a synthetic stream's first 70 %), cut to ``config.documents`` and
     repeated ``config.passes`` times (copies get ids ``<id>~<pass>``); the test split (or the other 30 %)."""
     if config.synthetic is not None:
-        from stream_winnow.synthetic import synthetic_stream
+        from stream_winnow.datasets.synthetic import synthetic_stream
 
         every = synthetic_stream(config.synthetic)
         cut = len(every) * 7 // 10

@@ -233,7 +233,7 @@ class _Counted:
 
 def _lines(input_path: Path | None, synthetic: int | None, seed: int, labels_only: bool) -> Iterator[FileDocument]:
     if synthetic is not None:
-        from stream_winnow.synthetic import iter_synthetic
+        from stream_winnow.datasets.synthetic import iter_synthetic
 
         for number, doc in enumerate(iter_synthetic(synthetic, seed), start=1):
             yield FileDocument(doc, True, number)

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from stream_winnow.datasets.synthetic import DEFAULT_DOCUMENTS, synthetic_stream
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import CodecError, ConfigError, TransportError
 from stream_winnow.evaluation.metrics import ClassificationReport, classification_report, label_matrix
-from stream_winnow.synthetic import DEFAULT_DOCUMENTS, synthetic_stream
 from stream_winnow.wire.codec import (
     DocumentMessage,
     LabelledEvent,
