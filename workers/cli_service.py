@@ -16,12 +16,12 @@ from typing import Any
 
 import click
 
-from stream_winnow.codec import CodecLimits
-from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import TransportError
 from stream_winnow.learners import LEARNERS
-from stream_winnow.models import connect, open_learner
+from stream_winnow.models.named import connect, open_learner
+from stream_winnow.shared.document_cache import DocumentCache
 from stream_winnow.stores.cached import CachedStore
+from stream_winnow.wire.codec import CodecLimits
 from workers.config import (
     DEFAULT_DECISION_SCORES,
     ENV_PREFIX,

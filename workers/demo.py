@@ -31,7 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from stream_winnow.codec import (
+from stream_winnow.datasets.synthetic import DEFAULT_DOCUMENTS, synthetic_stream
+from stream_winnow.documents import LabelledDocument
+from stream_winnow.errors import CodecError, ConfigError, TransportError
+from stream_winnow.evaluation.metrics import ClassificationReport, classification_report, label_matrix
+from stream_winnow.wire.codec import (
     DocumentMessage,
     LabelledEvent,
     decode_dead_letter,
@@ -39,10 +43,6 @@ from stream_winnow.codec import (
     encode_document,
     encode_labelled_event,
 )
-from stream_winnow.documents import LabelledDocument
-from stream_winnow.errors import CodecError, ConfigError, TransportError
-from stream_winnow.evaluation.metrics import ClassificationReport, classification_report, label_matrix
-from stream_winnow.synthetic import DEFAULT_DOCUMENTS, synthetic_stream
 from workers.config import ENV_PREFIX, Topics
 from workers.embedded import EmbeddedBroker, EmbeddedRedis, create_topics, free_port, start_broker, start_redis
 from workers.transport import Client, KafkaSettings, make_producer
@@ -402,8 +402,8 @@ def _worker_env(bootstrap_servers: str, redis_url: str, config: DemoConfig) -> d
 
 def _prepare_model(redis_url: str, stream: Sequence[LabelledDocument]) -> None:
     """Create the model and fix its d from the first documents' tokens, so every worker scores alike."""
-    from stream_winnow.models import connect, open_learner
-    from stream_winnow.training import estimate_d
+    from stream_winnow.models.named import connect, open_learner
+    from stream_winnow.models.training import estimate_d
 
     client = connect(redis_url)
     try:
@@ -415,7 +415,7 @@ def _prepare_model(redis_url: str, stream: Sequence[LabelledDocument]) -> None:
 
 
 def _model_version(redis_url: str) -> int:
-    from stream_winnow.models import connect, open_learner
+    from stream_winnow.models.named import connect, open_learner
 
     client = connect(redis_url)
     try:

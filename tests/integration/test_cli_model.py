@@ -18,9 +18,9 @@ from click.testing import CliRunner, Result
 from stream_winnow.datasets import read_labelled_jsonl, write_labelled_jsonl
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.learners.base import UPDATES_COUNTER
-from stream_winnow.models import RedisClient, connect, open_learner
-from stream_winnow.snapshot import Snapshot, take_snapshot
-from stream_winnow.training import fit
+from stream_winnow.models.named import RedisClient, connect, open_learner
+from stream_winnow.models.snapshot import Snapshot, take_snapshot
+from stream_winnow.models.training import fit
 from workers.cli import main
 from workers.cli_learning import make_learner
 
