@@ -27,10 +27,10 @@ from typing import Any
 
 from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte
 from stream_winnow.evaluation.runs import holdout, prequential
-from stream_winnow.features import FeatureConfig
 from stream_winnow.learners import build_learner
 from stream_winnow.learners.base import Learner
-from stream_winnow.training import TrainingConfig
+from stream_winnow.models.training import TrainingConfig
+from stream_winnow.text.features import FeatureConfig
 
 # The project's best settings: a wide thick threshold (a margin, as an SVM has) on raw sqrt strengths.
 BEST_SETTINGS: dict[str, Any] = {"theta_minus": 0.2, "theta_plus": 3.0}

@@ -33,13 +33,13 @@ import msgpack
 import numpy as np
 
 from stream_winnow.datasets import read_modapte
-from stream_winnow.document_cache import DocumentCache
 from stream_winnow.learners import build_learner, describe
-from stream_winnow.models import connect, open_learner
-from stream_winnow.snapshot import copy_model
+from stream_winnow.models.named import connect, open_learner
+from stream_winnow.models.snapshot import copy_model
+from stream_winnow.models.training import fit
+from stream_winnow.shared.document_cache import DocumentCache
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.redis import RedisStore
-from stream_winnow.training import fit
 from workers.config import WorkerConfig
 from workers.embedded import create_topics, start_broker, start_redis
 from workers.transport import KafkaSettings, Record, make_producer

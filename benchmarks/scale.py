@@ -86,11 +86,17 @@ from benchmarks.service.config import _helper_client, _settings
 from benchmarks.service.measure import cpu_seconds
 from benchmarks.service.model import _memory_usage
 from benchmarks.service.services import Topics, WorkerProcess
-from stream_winnow.codec import DocumentMessage, LabelledEvent, decode_decision, encode_document, encode_labelled_event
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import CodecError, TransportError
 from stream_winnow.evaluation.runs import PREQUENTIAL_D_SAMPLE
 from stream_winnow.learners import LEARNERS
+from stream_winnow.wire.codec import (
+    DocumentMessage,
+    LabelledEvent,
+    decode_decision,
+    encode_document,
+    encode_labelled_event,
+)
 from workers.config import Topics as TopicNames
 
 __all__ = ["ScaleConfig", "main", "run_scale"]
@@ -172,7 +178,7 @@ def load_stream(config: ScaleConfig) -> Stream:
     """ModApte's training documents (or a synthetic stream's first 70 %), cut to ``config.documents`` and
     repeated ``config.passes`` times (copies get ids ``<id>~<pass>``); the test split (or the other 30 %)."""
     if config.synthetic is not None:
-        from stream_winnow.synthetic import synthetic_stream
+        from stream_winnow.datasets.synthetic import synthetic_stream
 
         every = synthetic_stream(config.synthetic)
         cut = len(every) * 7 // 10
@@ -261,8 +267,8 @@ def redis_cpu_s(nodes: Iterable[tuple[str, int]]) -> float:
 def create_model(redis_url: str, learner: str, docs: Sequence[LabelledDocument]) -> None:
     """Create the empty model before any worker starts (so none races another to create it) and fix d from
     the first documents, as the in-process reference does."""
-    from stream_winnow.models import connect, open_learner
-    from stream_winnow.training import estimate_d
+    from stream_winnow.models.named import connect, open_learner
+    from stream_winnow.models.training import estimate_d
 
     client = connect(redis_url)
     try:
@@ -469,7 +475,7 @@ def accounted_keys(keys: Iterable[bytes], model: str) -> list[bytes]:
 def accounted_memory(redis_url: str, learner: str) -> int:
     """Bytes of :func:`accounted_keys` of the model: MEMORY USAGE with every member counted."""
     from stream_winnow.learners import build_learner
-    from stream_winnow.models import connect
+    from stream_winnow.models.named import connect
     from stream_winnow.stores.redis import RedisStore
 
     client = connect(redis_url)
@@ -506,8 +512,8 @@ def micro_f1(truth: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]],
 def holdout_micro_f1(redis_url: str, stream: Stream) -> float:
     """The final model, copied from Redis into memory, scored on the held-out documents."""
     from stream_winnow.learners import from_metadata
-    from stream_winnow.models import connect, open_learner
-    from stream_winnow.snapshot import copy_model
+    from stream_winnow.models.named import connect, open_learner
+    from stream_winnow.models.snapshot import copy_model
     from stream_winnow.stores.memory import MemoryStore
 
     client = connect(redis_url)
@@ -537,7 +543,7 @@ def in_process_run(learner: str, stream: Stream, delay: int) -> tuple[list[tuple
     so its decisions saw at least as many labels as this reference's with that delay.
     """
     from stream_winnow.learners import build_learner
-    from stream_winnow.training import estimate_d
+    from stream_winnow.models.training import estimate_d
 
     model = build_learner(learner)
     estimate_d(model, model.featurizer.transform_many([doc.tokens for doc in stream.docs[:PREQUENTIAL_D_SAMPLE]]))

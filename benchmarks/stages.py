@@ -27,16 +27,16 @@ from collections.abc import Callable
 import msgpack
 import numpy as np
 
-from stream_winnow.codec import Decision, decode_document, encode_decision, encode_decisions
 from stream_winnow.datasets import read_modapte
-from stream_winnow.document_cache import DocumentCache
-from stream_winnow.fast_documents import parse_documents
-from stream_winnow.features import Featurizer
 from stream_winnow.learners import build_learner
 from stream_winnow.learners.base import Learner
-from stream_winnow.models import connect
+from stream_winnow.models.named import connect
+from stream_winnow.models.training import fit
+from stream_winnow.shared.document_cache import DocumentCache
 from stream_winnow.stores.cached import CachedStore
-from stream_winnow.training import fit
+from stream_winnow.text.features import Featurizer
+from stream_winnow.wire.codec import Decision, decode_document, encode_decision, encode_decisions
+from stream_winnow.wire.fast_documents import parse_documents
 from workers.embedded import start_redis
 
 BATCH = 1000

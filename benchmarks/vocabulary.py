@@ -17,8 +17,8 @@ from typing import Any
 import msgpack
 
 from stream_winnow.datasets import read_modapte
-from stream_winnow.fast_documents import parse_documents
-from stream_winnow.features import Featurizer
+from stream_winnow.text.features import Featurizer
+from stream_winnow.wire.fast_documents import parse_documents
 
 NEW_TOKENS_PER_BATCH = 5  # never-seen tokens in each batch, as a live stream has
 

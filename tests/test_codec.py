@@ -30,7 +30,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator, validators
 
-from stream_winnow.codec import (
+from stream_winnow.errors import CodecError, ConfigError, DataError
+from stream_winnow.wire.codec import (
     DEFAULT_LIMITS,
     REASON_CODES,
     CodecLimits,
@@ -48,7 +49,6 @@ from stream_winnow.codec import (
     encode_labelled_event,
     load_schema,
 )
-from stream_winnow.errors import CodecError, ConfigError, DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = ROOT / "schemas"

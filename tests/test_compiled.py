@@ -20,10 +20,10 @@ from stream_winnow.evaluation import runs
 from stream_winnow.evaluation.runs import holdout, prequential
 from stream_winnow.learners import MistakeDriven, build_learner, compiled
 from stream_winnow.learners.base import UPDATES_COUNTER
+from stream_winnow.models.training import TrainingConfig, estimate_d, fit
 from stream_winnow.stores.base import TableSpec
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.memory import MemoryStore
-from stream_winnow.training import TrainingConfig, estimate_d, fit
 
 LINEAR = ("balanced-winnow", "positive-winnow", "perceptron")
 MODES = ("any-of", "one-of")

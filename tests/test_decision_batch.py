@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stream_winnow.codec import Decision, decode_decision, encode_decision, encode_decisions
 from stream_winnow.errors import CodecError
+from stream_winnow.wire.codec import Decision, decode_decision, encode_decision, encode_decisions
 
 _INT64_MAX = 2**63 - 1
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_winnow.codec import CodecLimits, decode_document, decode_labelled_event
 from stream_winnow.errors import CodecError
-from stream_winnow.fast_documents import parse_documents, token_hash
-from stream_winnow.features import FeatureConfig, Featurizer
-from stream_winnow.hash_table import HashTable
+from stream_winnow.text.features import FeatureConfig, Featurizer
+from stream_winnow.text.hash_table import HashTable
+from stream_winnow.wire.codec import CodecLimits, decode_document, decode_labelled_event
+from stream_winnow.wire.fast_documents import parse_documents, token_hash
 
 LIMITS = CodecLimits(max_tokens_per_document=50, max_token_chars=8, max_message_bytes=4096)
 token_text = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), min_size=0, max_size=10) | st.sampled_from(

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_winnow.feature_hash import feature_ids
-from stream_winnow.features import FIRST_TOKEN_ID, feature_id
+from stream_winnow.text.feature_hash import feature_ids
+from stream_winnow.text.features import FIRST_TOKEN_ID, feature_id
 
 
 @settings(max_examples=200, deadline=None)

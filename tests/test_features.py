@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stream_winnow import features as features_module
 from stream_winnow.errors import ConfigError
-from stream_winnow.features import FIRST_TOKEN_ID, FeatureConfig, Featurizer, feature_id
+from stream_winnow.text import features as features_module
+from stream_winnow.text.features import FIRST_TOKEN_ID, FeatureConfig, Featurizer, feature_id
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -45,7 +45,7 @@ def test_feature_ids_are_stable_across_processes(seed: str) -> None:
     tokens = ["earn", "acq", "zürich", "日本", "information"]
     code = (
         "import json, sys\n"
-        "from stream_winnow.features import Featurizer, feature_id\n"
+        "from stream_winnow.text.features import Featurizer, feature_id\n"
         "tokens = json.loads(sys.argv[1])\n"
         "f = Featurizer()\n"
         "print(json.dumps({'ids': [feature_id(t) for t in tokens], 'hash': hash(tokens[0]),"

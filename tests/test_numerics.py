@@ -17,7 +17,7 @@ import pytest
 
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.learners import MistakeDriven, build_learner
-from stream_winnow.training import TrainingConfig, fit
+from stream_winnow.models.training import TrainingConfig, fit
 
 LINEAR = ("balanced-winnow", "positive-winnow", "perceptron")
 N = 100_000

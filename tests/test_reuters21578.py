@@ -14,7 +14,7 @@ from stream_winnow.datasets.labelled_jsonl import read_labelled_jsonl
 from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte, write_modapte
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import ConfigError
-from stream_winnow.tokenize import tokenize
+from stream_winnow.text.tokenize import tokenize
 
 
 def _reuters(

@@ -7,12 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import sparse
 
+from stream_winnow.datasets.synthetic import synthetic_stream
 from stream_winnow.learners import build_learner
 from stream_winnow.learners.base import Learner
-from stream_winnow.row_product import rows_product
+from stream_winnow.learners.row_product import rows_product
+from stream_winnow.models.training import fit
 from stream_winnow.stores.cached import CachedStore
-from stream_winnow.synthetic import synthetic_stream
-from stream_winnow.training import fit
 
 
 def gathered(indptr: np.ndarray, rows: np.ndarray, strengths: np.ndarray, matrix: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ from benchmarks.scale import (
     run_scale,
     summarize,
 )
-from stream_winnow.codec import Decision, encode_decision
+from stream_winnow.wire.codec import Decision, encode_decision
 
 
 def test_the_modules_examples_hold() -> None:

@@ -12,7 +12,7 @@ import pytest
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import ConfigError, DataError
 from stream_winnow.learners import Learner, build_learner, describe, from_metadata
-from stream_winnow.snapshot import (
+from stream_winnow.models.snapshot import (
     Snapshot,
     copy_model,
     export_model,
@@ -21,9 +21,9 @@ from stream_winnow.snapshot import (
     snapshot_format,
     take_snapshot,
 )
+from stream_winnow.models.training import TrainingConfig, fit
 from stream_winnow.stores import MemoryStore, TableSpec, Update
 from stream_winnow.stores.cached import CachedStore
-from stream_winnow.training import TrainingConfig, fit
 
 CATEGORIES = ("grain", "oil", "earn", "acq")
 

@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
+from stream_winnow.datasets.synthetic import CATEGORIES, DEFAULT_DOCUMENTS, iter_synthetic, synthetic_stream
 from stream_winnow.errors import ConfigError
 from stream_winnow.evaluation.runs import prequential
 from stream_winnow.learners import build_learner
-from stream_winnow.synthetic import CATEGORIES, DEFAULT_DOCUMENTS, iter_synthetic, synthetic_stream
 
 
 def test_same_seed_same_stream_other_seed_other_stream() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_winnow.tokenize import ENGLISH_STOPWORDS, tokenize
+from stream_winnow.text.tokenize import ENGLISH_STOPWORDS, tokenize
 
 
 @pytest.mark.parametrize(

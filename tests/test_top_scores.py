@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_winnow.top_scores import top_columns
+from stream_winnow.wire.top_scores import top_columns
 
 
 def _plain(scores: np.ndarray, k: int, must: np.ndarray) -> list[list[int]]:

@@ -12,11 +12,11 @@ import pytest
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import ConfigError
 from stream_winnow.evaluation.runs import prequential
-from stream_winnow.features import FeatureConfig
 from stream_winnow.learners import LEARNERS, Learner, MistakeDriven, build_learner, describe, from_metadata
 from stream_winnow.learners.mistake_driven import KEEP_TABLE
 from stream_winnow.learners.registry import hyperparameters
-from stream_winnow.training import TrainingConfig, fit
+from stream_winnow.models.training import TrainingConfig, fit
+from stream_winnow.text.features import FeatureConfig
 
 LINEAR = ("balanced-winnow", "positive-winnow", "perceptron")
 

@@ -15,9 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from stream_winnow.features import FeatureConfig
 from stream_winnow.learners import BalancedWinnow, BernoulliNB, MultinomialNB
 from stream_winnow.stores.base import RowUpdate
+from stream_winnow.text.features import FeatureConfig
 
 # -- Balanced Winnow --------------------------------------------------------------------------------------
 

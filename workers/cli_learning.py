@@ -12,9 +12,9 @@ import click
 
 from stream_winnow.datasets import read_labelled_jsonl, read_modapte, read_single_label, write_modapte
 from stream_winnow.evaluation.runs import EvaluationResult, holdout, prequential
-from stream_winnow.features import STRENGTHS, FeatureConfig
 from stream_winnow.learners import DECISION_MODES, LEARNERS, Learner, build_learner
-from stream_winnow.training import TrainingConfig
+from stream_winnow.models.training import TrainingConfig
+from stream_winnow.text.features import STRENGTHS, FeatureConfig
 
 
 def learner_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -25,7 +25,10 @@ from typing import Any
 
 import click
 
-from stream_winnow.codec import (
+from stream_winnow.datasets.labelled_jsonl import FileDocument, read_jsonl_documents
+from stream_winnow.documents import LabelledDocument
+from stream_winnow.errors import CodecError, ConfigError, DataFormatError, TransportError
+from stream_winnow.wire.codec import (
     DocumentMessage,
     LabelledEvent,
     dead_letter_fields,
@@ -34,9 +37,6 @@ from stream_winnow.codec import (
     encode_document,
     encode_labelled_event,
 )
-from stream_winnow.datasets.labelled_jsonl import FileDocument, read_jsonl_documents
-from stream_winnow.documents import LabelledDocument
-from stream_winnow.errors import CodecError, ConfigError, DataFormatError, TransportError
 from workers import local_state
 from workers.cli_service import env, option
 from workers.config import Topics
@@ -233,7 +233,7 @@ class _Counted:
 
 def _lines(input_path: Path | None, synthetic: int | None, seed: int, labels_only: bool) -> Iterator[FileDocument]:
     if synthetic is not None:
-        from stream_winnow.synthetic import iter_synthetic
+        from stream_winnow.datasets.synthetic import iter_synthetic
 
         for number, doc in enumerate(iter_synthetic(synthetic, seed), start=1):
             yield FileDocument(doc, True, number)

@@ -26,14 +26,12 @@ from scipy import sparse
 
 from stream_winnow.datasets import read_labelled_jsonl
 from stream_winnow.errors import ConfigError, DataError
-from stream_winnow.features import _BIGRAM_JOIN, FIRST_TOKEN_ID, feature_id
 from stream_winnow.learners import Learner, describe, from_metadata
 from stream_winnow.learners.base import UPDATES_COUNTER
 from stream_winnow.learners.mistake_driven import KEEP_TABLE, MistakeDriven
 from stream_winnow.learners.naive_bayes import DOCS_COUNTER, NaiveBayes
-from stream_winnow.models import RedisClient, connect, open_learner
-from stream_winnow.outcomes import mistake_rates, recent_outcomes
-from stream_winnow.snapshot import (
+from stream_winnow.models.named import RedisClient, connect, open_learner
+from stream_winnow.models.snapshot import (
     SNAPSHOT_FORMATS,
     copy_model,
     export_model,
@@ -41,10 +39,12 @@ from stream_winnow.snapshot import (
     read_snapshot,
     restore_snapshot,
 )
+from stream_winnow.models.training import fit
+from stream_winnow.shared.outcomes import mistake_rates, recent_outcomes
 from stream_winnow.stores.base import TableSpec
 from stream_winnow.stores.redis import RedisStore
-from stream_winnow.tokenize import tokenize
-from stream_winnow.training import fit
+from stream_winnow.text.features import _BIGRAM_JOIN, FIRST_TOKEN_ID, feature_id
+from stream_winnow.text.tokenize import tokenize
 from workers.cli_learning import learner_options, make_learner
 from workers.cli_service import model_options, option
 from workers.config import redact_url
@@ -513,7 +513,8 @@ def status(redis_url: str, as_json: bool) -> None:
         click.echo(f"  features    {m['features']}")
         click.echo(f"  memory      {_bytes(m['memory_bytes'])} in {m['keys']} keys{estimate}")
         click.echo(f"  version     {m['version']}")
-        click.echo(f"  updated at  {m['updated_at'] or 'not recorded'}")
+        if m["updated_at"]:  # set by train and import; a model a worker created is dated by its version only
+            click.echo(f"  trained at  {m['updated_at']}")
         counts = ", ".join(f"{name} {n}" for name, n in m["updates_per_category"].items())
         click.echo(f"  updates     {m['updates']} documents" + (f"; per category: {counts}" if counts else ""))
         rates = ", ".join(f"{name} {rate:.0%}" for name, rate in m["mistake_rate_per_category"].items())

@@ -16,12 +16,12 @@ from typing import Any
 
 import click
 
-from stream_winnow.codec import CodecLimits
-from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import TransportError
 from stream_winnow.learners import LEARNERS
-from stream_winnow.models import connect, open_learner
+from stream_winnow.models.named import connect, open_learner
+from stream_winnow.shared.document_cache import DocumentCache
 from stream_winnow.stores.cached import CachedStore
+from stream_winnow.wire.codec import CodecLimits
 from workers.config import (
     DEFAULT_DECISION_SCORES,
     ENV_PREFIX,
@@ -237,7 +237,10 @@ def run_worker(config: WorkerConfig) -> None:
     from workers.worker import Worker
 
     log = logging.getLogger("stream_winnow.worker")
-    log.info("starting %r", config)
+    log.info("starting worker %s: model %s, group %s, broker %s (%s), Redis %s; --log-level DEBUG shows every setting",
+             config.worker_id, config.model, config.group_id, config.kafka.bootstrap_servers, config.kafka_client,
+             redact_url(config.redis_url))  # fmt: skip
+    log.debug("settings: %r", config)
     delay_s = config.retry_initial_ms / 1000
     while True:
         try:

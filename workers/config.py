@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from stream_winnow.codec import CodecLimits
 from stream_winnow.errors import ConfigError
+from stream_winnow.wire.codec import CodecLimits
 from workers.transport import Client, KafkaSettings
 
 ENV_PREFIX = "STREAM_WINNOW"
@@ -84,7 +84,7 @@ class WorkerConfig:
     batch_max_labels: int = 4000
     # With peers learning the same model, a worker learns a batch in rounds, reading the rows again
     # before each, so that a round misses at most this many of the others' events (stream_winnow/
-    # learning_peers.py): rounds of 150 / (peers - 1) events. Balanced Winnow on the ModApte stream,
+    # shared/learning_peers.py): rounds of 150 / (peers - 1) events. Balanced Winnow on the ModApte stream,
     # 4 workers: final micro-F1 0.05-0.45 learning whole batches of 2,000 on one read, 0.66 with
     # rounds of 250 and 0.82 with rounds of 50, as one worker's 0.81 (benchmarks/scale.py).
     learn_staleness_events: int = 150

@@ -31,17 +31,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from stream_winnow.codec import (
+from stream_winnow.datasets.synthetic import DEFAULT_DOCUMENTS, synthetic_stream
+from stream_winnow.documents import LabelledDocument
+from stream_winnow.errors import CodecError, ConfigError, TransportError
+from stream_winnow.evaluation.metrics import ClassificationReport, classification_report, label_matrix
+from stream_winnow.wire.codec import (
     DocumentMessage,
     LabelledEvent,
+    decode_dead_letter,
     decode_decision,
     encode_document,
     encode_labelled_event,
 )
-from stream_winnow.documents import LabelledDocument
-from stream_winnow.errors import CodecError, ConfigError, TransportError
-from stream_winnow.evaluation.metrics import ClassificationReport, classification_report, label_matrix
-from stream_winnow.synthetic import DEFAULT_DOCUMENTS, synthetic_stream
 from workers.config import ENV_PREFIX, Topics
 from workers.embedded import EmbeddedBroker, EmbeddedRedis, create_topics, free_port, start_broker, start_redis
 from workers.transport import Client, KafkaSettings, make_producer
@@ -186,7 +187,7 @@ class DemoResult:
     decisions: int
     duplicates: int
     labelled_events: int
-    dead_letters: int
+    dead_letters: dict[str, int]
     report: ClassificationReport
     streaming_s: float
     elapsed_s: float
@@ -205,10 +206,11 @@ class DemoResult:
             ("documents", f"{self.documents:,}"),
             ("decisions", f"{self.decisions:,}" + (f" (+{self.duplicates:,} repeated)" if self.duplicates else "")),
             ("labelled events", f"{self.labelled_events:,}"),
-            ("dead letters", f"{self.dead_letters:,}"),
+            ("dead letters", _dead_letters(self.dead_letters)),
             ("micro-F1", f"{self.report.micro_f1:.3f}"),
             ("macro-F1", f"{self.report.macro_f1:.3f}"),
-            ("throughput", f"{self.documents_per_s:,.0f} documents/s (paced: {self.window_docs} in flight at most)"),
+            ("pace", f"{self.documents_per_s:,.0f} documents/s decided, held to at most {self.window_docs:,} "
+                     "documents ahead of the labels learned (the maximum: python -m benchmarks.service)"),
             ("elapsed", f"{self.streaming_s:.1f} s streaming, {self.elapsed_s:.1f} s in all"),
             ("model version", f"{self.model_version:,}"),
         ]
@@ -216,7 +218,23 @@ class DemoResult:
             rows.insert(2, ("missing", f"{self.missing:,} documents without a decision"))
         head = f"stream-winnow demo: {self.corpus}, {self.workers} worker(s), {self.kafka_client}"
         width = max(len(name) for name, _ in rows)
-        return "\n".join([head, *(f"  {name:<{width}}  {value}" for name, value in rows)]) + "\n"
+        return "\n".join([head, *(f"  {name:<{width}}  {value}" for name, value in rows), "", NEXT_STEPS]) + "\n"
+
+
+NEXT_STEPS = """Next, on this machine (the README's "Classify your own documents" has the file format):
+  stream-winnow up                                  # a broker and Redis that stay up (own terminal)
+  stream-winnow worker --http-port 0                # a worker on them; a second one: run it again
+  stream-winnow produce --input your-docs.jsonl     # your documents, labels where known
+  stream-winnow tail decisions --from-beginning     # what the workers decided
+  stream-winnow status                              # the model: version, categories, mistake rates"""
+
+
+def _dead_letters(reasons: dict[str, int]) -> str:
+    """``3 (2 not-msgpack, 1 empty-tokens)``; the README lists every reason."""
+    total = sum(reasons.values())
+    if not total:
+        return "0"
+    return f"{total:,} (" + ", ".join(f"{count:,} {reason}" for reason, count in sorted(reasons.items())) + ")"
 
 
 def load_stream(data: Path | None, documents: int | None, seed: int = 0) -> tuple[list[LabelledDocument], str]:
@@ -384,8 +402,8 @@ def _worker_env(bootstrap_servers: str, redis_url: str, config: DemoConfig) -> d
 
 def _prepare_model(redis_url: str, stream: Sequence[LabelledDocument]) -> None:
     """Create the model and fix its d from the first documents' tokens, so every worker scores alike."""
-    from stream_winnow.models import connect, open_learner
-    from stream_winnow.training import estimate_d
+    from stream_winnow.models.named import connect, open_learner
+    from stream_winnow.models.training import estimate_d
 
     client = connect(redis_url)
     try:
@@ -397,7 +415,7 @@ def _prepare_model(redis_url: str, stream: Sequence[LabelledDocument]) -> None:
 
 
 def _model_version(redis_url: str) -> int:
-    from stream_winnow.models import connect, open_learner
+    from stream_winnow.models.named import connect, open_learner
 
     client = connect(redis_url)
     try:
@@ -519,7 +537,8 @@ def _stream(
     )
     progress = _Progress(err, n)
     window_docs = _WINDOW_DOCS_PER_WORKER * config.workers
-    sent_docs = sent_labels = dead_letters = 0
+    sent_docs = sent_labels = 0
+    dead_letters: dict[str, int] = {}
     bad_decisions = 0
     streaming_started = time.monotonic()
     deadline = streaming_started + config.timeout_s
@@ -547,7 +566,8 @@ def _stream(
             for records in consumer.poll(timeout_ms=_POLL_MS).values():
                 for record in records:
                     if record.topic == topics.dead_letters:
-                        dead_letters += 1
+                        reason = _reason(record.value)
+                        dead_letters[reason] = dead_letters.get(reason, 0) + 1
                         continue
                     try:
                         decision = decode_decision(record.value)
@@ -602,10 +622,19 @@ def _stream(
     )
 
 
-def _progress_line(sent: int, total: int, scores: _Scores, labels: int, dead_letters: int, started: float) -> str:
+def _reason(value: bytes) -> str:
+    """A dead letter's reason, or ``unreadable`` for a message on that topic that is not one."""
+    try:
+        return decode_dead_letter(value).reason
+    except CodecError:
+        return "unreadable"
+
+
+def _progress_line(sent: int, total: int, scores: _Scores, labels: int, dead_letters: dict[str, int],
+                   started: float) -> str:  # fmt: skip
     seconds = max(time.monotonic() - started, 1e-9)
     return (
         f"documents {sent:,}/{total:,} · decisions {len(scores.decided):,} · labelled events {labels:,} · "
-        f"dead letters {dead_letters:,} · {len(scores.decided) / seconds:,.0f} docs/s · "
+        f"dead letters {sum(dead_letters.values()):,} · {len(scores.decided) / seconds:,.0f} docs/s decided · "
         f"micro-F1 {scores.micro_f1:.3f}"
     )

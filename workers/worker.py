@@ -43,7 +43,20 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from stream_winnow.codec import (
+from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, TransportError
+from stream_winnow.learners import compiled
+from stream_winnow.learners.base import Learner
+from stream_winnow.learners.mistake_driven import MistakeDriven
+from stream_winnow.learners.registry import describe, from_metadata
+from stream_winnow.shared.document_cache import DocumentCache
+from stream_winnow.shared.learning_peers import LearningPeers, round_events
+from stream_winnow.shared.outcomes import push_outcomes
+from stream_winnow.stores.base import StaleWatermark, Update
+from stream_winnow.stores.cached import CachedStore
+from stream_winnow.stores.delta import RowDelta, delta_between, fold_updates, sum_counters
+from stream_winnow.stores.memory import MemoryStore
+from stream_winnow.text.features import FeatureBatch, Featurizer, gather_rows
+from stream_winnow.wire.codec import (
     DeadLetter,
     Decision,
     DocumentMessage,
@@ -54,21 +67,8 @@ from stream_winnow.codec import (
     encode_decision,
     encode_decisions,
 )
-from stream_winnow.document_cache import DocumentCache
-from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, TransportError
-from stream_winnow.fast_documents import ParsedDocuments, parse_documents
-from stream_winnow.features import FeatureBatch, Featurizer, gather_rows
-from stream_winnow.learners import compiled
-from stream_winnow.learners.base import Learner
-from stream_winnow.learners.mistake_driven import MistakeDriven
-from stream_winnow.learners.registry import describe, from_metadata
-from stream_winnow.learning_peers import LearningPeers, round_events
-from stream_winnow.outcomes import push_outcomes
-from stream_winnow.stores.base import StaleWatermark, Update
-from stream_winnow.stores.cached import CachedStore
-from stream_winnow.stores.delta import RowDelta, delta_between, fold_updates, sum_counters
-from stream_winnow.stores.memory import MemoryStore
-from stream_winnow.top_scores import reported_scores
+from stream_winnow.wire.fast_documents import ParsedDocuments, parse_documents
+from stream_winnow.wire.top_scores import reported_scores
 from workers.config import WorkerConfig
 from workers.ledger import OffsetLedger, event_hash, source_of
 from workers.metrics import WorkerMetrics
@@ -649,7 +649,7 @@ class Worker:
                     raise
 
     def _learn_in_rounds(self, items: list[tuple[_Labelled, Tokens]]) -> None:
-        """Learn ``items`` in order: in one round alone, in rounds with peers (``stream_winnow.learning_peers``).
+        """Learn ``items`` in order: in one round alone, in rounds with peers (``stream_winnow.shared.learning_peers``).
 
         Each round reads its rows afresh and writes its delta with its records' watermarks, so a crash
         between rounds leaves the later ones to be learned on redelivery, and the earlier ones skipped.

@@ -31,9 +31,9 @@ from benchmarks.service.measure import (
 )
 from benchmarks.service.pipe import _pipe_command
 from benchmarks.service.services import Environment, WorkerProcess, _broker_for_run, _worker
-from stream_winnow.codec import DocumentMessage, encode_document
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import TransportError
+from stream_winnow.wire.codec import DocumentMessage, encode_document
 
 # The latency phase's first second of load is not counted: a consumer that was just assigned its
 # partitions takes ~120 ms on Tansu to look up its offsets and fetch, and the documents sent

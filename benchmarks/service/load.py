@@ -31,7 +31,7 @@ def repeat_stream(docs: Sequence[LabelledDocument], n: int) -> list[LabelledDocu
 def load_stream(config: BenchConfig) -> tuple[list[LabelledDocument], list[LabelledDocument], str]:
     """(training documents, the whole stream in order, a description)."""
     if config.synthetic is not None:
-        from stream_winnow.synthetic import synthetic_stream
+        from stream_winnow.datasets.synthetic import synthetic_stream
 
         stream = synthetic_stream(config.synthetic)
         return stream[: len(stream) * 7 // 10], stream, f"synthetic ({len(stream):,} documents)"

@@ -27,7 +27,7 @@ class Model:
 def train_model(train: Sequence[LabelledDocument]) -> Model:
     """Fit balanced-winnow with default settings (as ``stream-winnow train`` does) in memory."""
     from stream_winnow.learners import build_learner
-    from stream_winnow.training import fit
+    from stream_winnow.models.training import fit
 
     learner = build_learner("balanced-winnow")
     started = time.perf_counter()
@@ -65,8 +65,8 @@ def mistaken_labels(learner: Learner, events: Sequence[LabelledDocument]) -> tup
 def write_model(model: Model, redis_url: str, name: str, shards: int, trained_documents: int) -> float:
     """Write the trained model into Redis as ``name`` (metadata as ``stream-winnow train`` records it)."""
     from stream_winnow.learners import describe
-    from stream_winnow.models import connect
-    from stream_winnow.snapshot import copy_model
+    from stream_winnow.models.named import connect
+    from stream_winnow.models.snapshot import copy_model
     from stream_winnow.stores.redis import RedisStore
 
     learner = model.learner
@@ -85,7 +85,7 @@ def write_model(model: Model, redis_url: str, name: str, shards: int, trained_do
 
 def model_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> dict[str, Any]:
     """MEMORY USAGE summed over every key of the model, and bytes per stored weight."""
-    from stream_winnow.models import connect
+    from stream_winnow.models.named import connect
     from stream_winnow.stores.redis import RedisStore
 
     client = connect(redis_url)
@@ -116,7 +116,7 @@ _MARKER_PARTS = (b":wm", b":seen:")
 
 def marker_memory(redis_url: str, name: str, shards: int, table_specs: Any) -> dict[str, int]:
     """MEMORY USAGE summed over the model's watermarks and seen-event rings: what learning keeps besides the weights."""
-    from stream_winnow.models import connect
+    from stream_winnow.models.named import connect
     from stream_winnow.stores.redis import RedisStore
 
     client = connect(redis_url)
@@ -139,7 +139,7 @@ def _memory_usage(client: Any, keys: Sequence[bytes]) -> int:
 
 
 def _model_version(redis_url: str, model: str) -> int:
-    from stream_winnow.models import connect, open_learner
+    from stream_winnow.models.named import connect, open_learner
 
     client = connect(redis_url)
     try:

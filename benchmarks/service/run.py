@@ -21,7 +21,7 @@ from benchmarks.service.pipe import phase_pipe
 from benchmarks.service.report import _split
 from benchmarks.service.scoring import phase_scoring, profile_top
 from benchmarks.service.services import Environment
-from stream_winnow.codec import DocumentMessage, LabelledEvent, encode_document, encode_labelled_event
+from stream_winnow.wire.codec import DocumentMessage, LabelledEvent, encode_document, encode_labelled_event
 
 MODEL = "bench"
 

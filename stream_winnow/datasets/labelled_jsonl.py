@@ -6,7 +6,7 @@ Each non-blank line is one JSON object::
 
 - ``id`` (string, required) names the document.
 - ``tokens`` (list of strings) is the tokenised text, duplicates and order kept.
-- ``text`` (string) is used instead, through ``stream_winnow.tokenize.tokenize``,
+- ``text`` (string) is used instead, through ``stream_winnow.text.tokenize.tokenize``,
   when ``tokens`` is absent; one of the two is required.
 - ``labels`` (list of strings) are the true categories. For training (``train``, ``evaluate``)
   absent means none; for a stream (``produce``) absent means "not labelled yet": the document is
@@ -38,7 +38,7 @@ from typing import Any
 
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import DataFormatError
-from stream_winnow.tokenize import tokenize
+from stream_winnow.text.tokenize import tokenize
 
 __all__ = ["FileDocument", "read_jsonl_documents", "read_labelled_jsonl", "write_labelled_jsonl"]
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from stream_winnow.datasets.labelled_jsonl import write_labelled_jsonl
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import ConfigError
-from stream_winnow.tokenize import tokenize
+from stream_winnow.text.tokenize import tokenize
 
 __all__ = ["ModApteSplit", "read_modapte", "write_modapte"]
 

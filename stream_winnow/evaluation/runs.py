@@ -21,7 +21,7 @@ from stream_winnow.evaluation.metrics import ClassificationReport, classificatio
 from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner, one_of
 from stream_winnow.learners.mistake_driven import MistakeDriven
-from stream_winnow.training import TrainingConfig, TrainingReport, estimate_d, fit
+from stream_winnow.models.training import TrainingConfig, TrainingReport, estimate_d, fit
 
 # Documents per progress callback in the per-document path.
 _PROGRESS_EVERY = 500

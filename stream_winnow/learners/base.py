@@ -23,9 +23,9 @@ import numpy as np
 from scipy import sparse
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.features import FeatureBatch, FeatureConfig, FeatureVector, Featurizer
 from stream_winnow.stores.base import CounterUpdate, TableSpec, Update, WeightStore
 from stream_winnow.stores.memory import MemoryStore
+from stream_winnow.text.features import FeatureBatch, FeatureConfig, FeatureVector, Featurizer
 
 DecisionMode = Literal["any-of", "one-of"]
 DECISION_MODES: tuple[str, ...] = get_args(DecisionMode)

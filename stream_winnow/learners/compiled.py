@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stream_winnow.features import FeatureBatch
 from stream_winnow.learners import kernels
 from stream_winnow.learners.balanced_winnow import BalancedWinnow
 from stream_winnow.learners.base import UPDATES_COUNTER, Learner
@@ -21,6 +20,7 @@ from stream_winnow.learners.perceptron import Perceptron
 from stream_winnow.learners.positive_winnow import PositiveWinnow
 from stream_winnow.stores.base import CounterUpdate
 from stream_winnow.stores.memory import MemoryStore
+from stream_winnow.text.features import FeatureBatch
 
 _RULES: dict[type, tuple[int, str, str]] = {
     BalancedWinnow: (kernels.BALANCED_WINNOW, "positive", "negative"),

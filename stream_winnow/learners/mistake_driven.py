@@ -22,10 +22,10 @@ import numpy as np
 from scipy import sparse
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.features import FeatureBatch, FeatureConfig, FeatureVector
 from stream_winnow.learners.base import DecisionMode, Learner, LearnOutcome
-from stream_winnow.row_product import rows_product
+from stream_winnow.learners.row_product import rows_product
 from stream_winnow.stores.base import Bounds, RowUpdate, TableSpec, Update, WeightStore
+from stream_winnow.text.features import FeatureBatch, FeatureConfig, FeatureVector
 
 KEEP_TABLE = "keep"
 

@@ -32,9 +32,9 @@ import numpy as np
 from scipy import sparse
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.features import FeatureConfig, FeatureVector
 from stream_winnow.learners.base import DecisionMode, Learner, LearnOutcome
 from stream_winnow.stores.base import Bounds, CounterUpdate, RowUpdate, TableSpec, Update, WeightStore
+from stream_winnow.text.features import FeatureConfig, FeatureVector
 
 DOCS_COUNTER = "nb_documents"
 TOKENS_COUNTER = "nb_tokens"

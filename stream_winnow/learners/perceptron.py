@@ -12,10 +12,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.features import FeatureConfig, FeatureVector
 from stream_winnow.learners.base import DecisionMode
 from stream_winnow.learners.mistake_driven import MistakeDriven
 from stream_winnow.stores.base import Bounds, RowUpdate, TableSpec, WeightStore
+from stream_winnow.text.features import FeatureConfig, FeatureVector
 
 
 class Perceptron(MistakeDriven):

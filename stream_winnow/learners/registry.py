@@ -8,13 +8,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.features import FeatureConfig
 from stream_winnow.learners.balanced_winnow import BalancedWinnow
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.naive_bayes import BernoulliNB, MultinomialNB
 from stream_winnow.learners.perceptron import Perceptron
 from stream_winnow.learners.positive_winnow import PositiveWinnow
 from stream_winnow.stores.base import WeightStore
+from stream_winnow.text.features import FeatureConfig
 
 LEARNERS: dict[str, type[Learner]] = {
     cls.name: cls for cls in (BalancedWinnow, PositiveWinnow, Perceptron, MultinomialNB, BernoulliNB)

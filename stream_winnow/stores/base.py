@@ -153,7 +153,7 @@ class WeightStore(ABC):
 
         ``matrix[rows]`` equals ``read_view(feature_ids, view)``. Here the matrix is that very
         result (``rows`` counts up); ``CachedStore`` returns the view it keeps over every cached
-        row instead, so a batch is scored without copying its rows out (``row_product``).
+        row instead, so a batch is scored without copying its rows out (``learners.row_product``).
         """
         return self.read_view(feature_ids, view), np.arange(len(feature_ids))
 

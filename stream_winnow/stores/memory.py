@@ -15,9 +15,9 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from stream_winnow.hash_table import HashTable
 from stream_winnow.stores.base import MODEL_PART, CounterUpdate, StaleWatermark, TableSpec, Update, WeightStore
 from stream_winnow.stores.delta import RowDelta, SourceRange
+from stream_winnow.text.hash_table import HashTable
 
 # Initial capacities; both double on demand.
 _INITIAL_ROWS = 4096
@@ -92,7 +92,7 @@ class MemoryStore(WeightStore):
     def rows_of(self, feature_ids: np.ndarray) -> np.ndarray:
         """Row index per feature; 0 (the initial-values row) for features not stored.
 
-        Many ids at once go through a compiled hash table mirroring ``_row`` (see ``hash_table``);
+        Many ids at once go through a compiled hash table mirroring ``_row`` (see ``text.hash_table``);
         a key the table cannot hold (0) uses the dict.
         """
         if len(feature_ids) < _TABLE_MIN_IDS:

@@ -317,10 +317,10 @@ def test_a_kept_view_grows_with_the_rows_without_being_derived_again(redis_url: 
 
 
 def test_margins_from_the_kept_view_equal_margins_from_the_rows(redis_url: str) -> None:
+    from stream_winnow.datasets.synthetic import synthetic_stream
     from stream_winnow.learners import build_learner
     from stream_winnow.learners.base import Learner
-    from stream_winnow.synthetic import synthetic_stream
-    from stream_winnow.training import fit
+    from stream_winnow.models.training import fit
 
     docs = synthetic_stream(600)
     for name in ("balanced-winnow", "positive-winnow", "perceptron"):

@@ -9,7 +9,7 @@ import pytest
 
 from stream_winnow.learners import build_learner
 from stream_winnow.learners.mistake_driven import MistakeDriven
-from stream_winnow.models import connect
+from stream_winnow.models.named import connect
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.redis import RedisStore
 

@@ -22,8 +22,8 @@ from click.testing import CliRunner
 from kafka import KafkaAdminClient, KafkaProducer
 
 from stream_winnow.datasets import write_labelled_jsonl
-from stream_winnow.models import connect, open_learner
-from stream_winnow.synthetic import synthetic_stream
+from stream_winnow.datasets.synthetic import synthetic_stream
+from stream_winnow.models.named import connect, open_learner
 from workers.cli import main
 
 pytestmark = [pytest.mark.integration]

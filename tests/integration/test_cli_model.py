@@ -18,9 +18,9 @@ from click.testing import CliRunner, Result
 from stream_winnow.datasets import read_labelled_jsonl, write_labelled_jsonl
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.learners.base import UPDATES_COUNTER
-from stream_winnow.models import RedisClient, connect, open_learner
-from stream_winnow.snapshot import Snapshot, take_snapshot
-from stream_winnow.training import fit
+from stream_winnow.models.named import RedisClient, connect, open_learner
+from stream_winnow.models.snapshot import Snapshot, take_snapshot
+from stream_winnow.models.training import fit
 from workers.cli import main
 from workers.cli_learning import make_learner
 
@@ -272,7 +272,7 @@ def test_status(redis_url: str, trained_model: str) -> None:
     assert model["memory_bytes"] > 0 and model["memory_sampled"] is False and model["keys"] > model["features"]
     assert model["updated_at"] and set(model["updates_per_category"]) == {"grain", "oil", "earn", "acq"}
     text = ok("status", "--redis-url", redis_url).output
-    for field in (f"model {trained_model!r}", "learner", "features", "memory", "version", "updated at", "updates"):
+    for field in (f"model {trained_model!r}", "learner", "features", "memory", "version", "trained at", "updates"):
         assert field in text
 
 

@@ -21,9 +21,9 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
-from stream_winnow.codec import DocumentMessage, encode_document
-from stream_winnow.document_cache import DocumentCache
 from stream_winnow.errors import ConfigError, StoreError
+from stream_winnow.shared.document_cache import DocumentCache
+from stream_winnow.wire.codec import DocumentMessage, encode_document
 from workers.embedded import free_port, start_redis, start_redis_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

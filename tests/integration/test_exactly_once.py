@@ -17,11 +17,11 @@ import msgpack
 import numpy as np
 import pytest
 
+from stream_winnow.datasets.synthetic import synthetic_stream
 from stream_winnow.learners.naive_bayes import DOCS_COUNTER, TOKENS_COUNTER
 from stream_winnow.learners.registry import describe, from_metadata
-from stream_winnow.models import connect, open_learner
+from stream_winnow.models.named import connect, open_learner
 from stream_winnow.stores import MemoryStore
-from stream_winnow.synthetic import synthetic_stream
 from tests.integration.test_worker import Service, service  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]

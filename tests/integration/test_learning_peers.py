@@ -12,8 +12,8 @@ import pytest
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.evaluation.metrics import classification_report, label_matrix
 from stream_winnow.learners import build_learner
-from stream_winnow.learning_peers import LearningPeers
-from stream_winnow.models import connect, open_learner
+from stream_winnow.models.named import connect, open_learner
+from stream_winnow.shared.learning_peers import LearningPeers
 from tests.integration.test_worker import Service, http_get, metric, reuters_docs, service  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from stream_winnow.datasets import write_labelled_jsonl
-from stream_winnow.synthetic import synthetic_stream
+from stream_winnow.datasets.synthetic import synthetic_stream
 from tests.integration.test_worker import REPO, Service, http_get, metric
 from tests.integration.test_worker import service as service  # noqa: F401 - the fixture
 from workers.cli import main

@@ -1,4 +1,4 @@
-"""stream_winnow.resp against a real redis-server and a real 3-master Redis Cluster (fixtures in tests/conftest.py)."""
+"""stream_winnow.wire.resp against a real redis-server and a real 3-master Redis Cluster (fixtures in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from stream_winnow import resp
+from stream_winnow.wire import resp
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -17,12 +17,12 @@ import msgpack
 import numpy as np
 import pytest
 
-from stream_winnow.codec import decode_dead_letter, decode_decision
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.evaluation.metrics import classification_report, label_matrix
 from stream_winnow.evaluation.runs import prequential
 from stream_winnow.learners import build_learner
-from stream_winnow.models import connect, open_learner
+from stream_winnow.models.named import connect, open_learner
+from stream_winnow.wire.codec import decode_dead_letter, decode_decision
 from workers.transport import KafkaSettings, make_consumer, make_producer
 
 pytestmark = pytest.mark.integration
@@ -221,7 +221,7 @@ def test_labelled_events_sent_twice_change_the_weights_once(
         ids = np.array(sorted({learner.featurizer.token_id(t) for d in docs for t in d.tokens}), dtype=np.int64)
         return version, learner.store.read(ids)
 
-    from stream_winnow.outcomes import mistake_rates, recent_outcomes
+    from stream_winnow.shared.outcomes import mistake_rates, recent_outcomes
 
     service.produce("labels", events)
     deadline = time.monotonic() + 90  # every event learned once (a quiet model alone can be a slow batch)
@@ -410,7 +410,7 @@ def test_the_fast_client_decides_and_dead_letters_alike(
 def test_switching_workers_to_an_imported_model_loses_no_document(
     service: Service, reuters_docs: list[LabelledDocument], tmp_path: Path
 ) -> None:
-    from stream_winnow.snapshot import export_model, import_model
+    from stream_winnow.models.snapshot import export_model, import_model
 
     first, second = reuters_docs[:200], reuters_docs[200:400]
     old = service.start_worker(STREAM_WINNOW_WORKER_ID="old")

@@ -19,12 +19,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from stream_winnow.document_cache import DocumentCache
+from stream_winnow.datasets.synthetic import synthetic_stream
 from stream_winnow.errors import StoreError, TransportError
-from stream_winnow.features import Featurizer
-from stream_winnow.models import connect, open_learner
+from stream_winnow.models.named import connect, open_learner
+from stream_winnow.shared.document_cache import DocumentCache
 from stream_winnow.stores.cached import CachedStore
-from stream_winnow.synthetic import synthetic_stream
+from stream_winnow.text.features import Featurizer
 from workers.config import Topics, WorkerConfig
 from workers.embedded import start_redis
 from workers.transport import KafkaSettings, Producer, Record, make_consumer, make_producer

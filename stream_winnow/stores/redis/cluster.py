@@ -13,8 +13,8 @@ import redis
 from redis.client import Pipeline
 from redis.cluster import ClusterPipeline, RedisCluster
 
-from stream_winnow import resp
 from stream_winnow.stores.redis.errors import store_errors
+from stream_winnow.wire import resp
 
 __all__ = ["RedisClient", "each_key", "nodes", "pipeline", "route", "scan"]
 

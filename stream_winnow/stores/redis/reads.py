@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 from redis.cluster import RedisCluster
 
-from stream_winnow import resp
 from stream_winnow.stores.base import MODEL_PART
 from stream_winnow.stores.redis.cluster import RedisClient, each_key, pipeline, route
 from stream_winnow.stores.redis.errors import store_errors
 from stream_winnow.stores.redis.keys import ModelKeys
+from stream_winnow.wire import resp
 
 __all__ = ["counters_request", "fetch_rows", "row_state", "seen_events", "text", "watermarks", "write_counters_later"]
 

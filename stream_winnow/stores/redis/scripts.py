@@ -18,9 +18,9 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from stream_winnow import resp
 from stream_winnow.errors import StoreError
 from stream_winnow.stores.redis.cluster import RedisClient, pipeline, route
+from stream_winnow.wire import resp
 
 __all__ = ["StoreScripts", "register", "run", "source"]
 

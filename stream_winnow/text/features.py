@@ -31,9 +31,9 @@ import numpy as np
 from numba import njit
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.fast_documents import ParsedDocuments
-from stream_winnow.feature_hash import feature_ids
-from stream_winnow.hash_table import HashTable
+from stream_winnow.text.feature_hash import feature_ids
+from stream_winnow.text.hash_table import HashTable
+from stream_winnow.wire.fast_documents import ParsedDocuments
 
 Strength = Literal["binary", "count", "sqrt"]
 STRENGTHS: tuple[str, ...] = get_args(Strength)

@@ -123,7 +123,7 @@ def feature_ids(buffer: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndar
 
     ``first_id`` is ``features.FIRST_TOKEN_ID`` (ids below it are moved up by it, as ``feature_id`` does).
 
-    >>> from stream_winnow.features import FIRST_TOKEN_ID, feature_id
+    >>> from stream_winnow.text.features import FIRST_TOKEN_ID, feature_id
     >>> data = "earn" + "crude"
     >>> ids = feature_ids(data.encode(), np.array([0, 4]), np.array([4, 5]), FIRST_TOKEN_ID)
     >>> ids.tolist() == [feature_id("earn"), feature_id("crude")]

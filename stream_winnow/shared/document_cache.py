@@ -3,7 +3,7 @@
 An editor's label may come minutes or hours after the document; the event then
 carries only the document's ``id``. Workers store every scored document's raw
 message (the msgpack map exactly as it came from the ``documents`` topic, not
-re-encoded) and read its tokens back with :func:`~stream_winnow.codec.decode_document`
+re-encoded) and read its tokens back with :func:`~stream_winnow.wire.codec.decode_document`
 when such an event comes. An event whose document has expired (or was never
 seen) cannot be learned from: the worker sends it to the dead-letter topic with
 reason ``document-not-cached``, so it can be replayed with its tokens.
@@ -16,7 +16,7 @@ the default day), each split into ``parts`` (16) Redis hashes::
         p = zlib.crc32(id as UTF-8) % parts     its part
 
 A batch is written in one round trip (on a single node one request packed by
-:mod:`stream_winnow.resp`, on a Cluster redis-py's pipeline): one ``HSET`` with all its
+:mod:`stream_winnow.wire.resp`, on a Cluster redis-py's pipeline): one ``HSET`` with all its
 documents of a part and one ``EXPIREAT key (w + 1) * window_s + ttl_s`` per
 touched key. A document therefore stays readable for at least ``ttl_s`` and at
 most ``ttl_s + window_s`` seconds (a day to a day and an hour by default): a
@@ -59,9 +59,9 @@ from typing import Any
 
 import redis
 
-from stream_winnow import resp
-from stream_winnow.codec import CodecLimits, decode_document
 from stream_winnow.errors import CodecError, ConfigError, StoreError
+from stream_winnow.wire import resp
+from stream_winnow.wire.codec import CodecLimits, decode_document
 
 __all__ = ["DocumentCache"]
 

@@ -15,10 +15,10 @@ import redis
 from redis.cluster import RedisCluster
 
 from stream_winnow.errors import ConfigError, StoreError
-from stream_winnow.features import FeatureConfig
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.registry import build_learner, describe, from_metadata
 from stream_winnow.stores.redis import RedisStore
+from stream_winnow.text.features import FeatureConfig
 
 log = logging.getLogger(__name__)
 

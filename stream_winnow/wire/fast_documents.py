@@ -6,7 +6,7 @@ making Python strings that are hashed and dropped. ``parse_documents`` walks the
 bytes once in compiled code and gives, per message, the id, ``ts`` and a 64-bit hash of
 every token's UTF-8 bytes (FNV-1a, then the splitmix64 finaliser); the featurizer maps
 those hashes to its feature ids through an open-addressing table, so a token never becomes a
-Python string (a new one gets its id from its bytes: ``feature_hash``, ``Featurizer.transform_hashed``).
+Python string (a new one gets its id from its bytes: ``text.feature_hash``, ``Featurizer.transform_hashed``).
 
 The compiled parser accepts only what ``decode_document`` (with ``events``,
 ``decode_labelled_event``) accepts, with the same result: a map of str keys among the
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from stream_winnow.codec import DEFAULT_LIMITS, CodecLimits
+from stream_winnow.wire.codec import DEFAULT_LIMITS, CodecLimits
 
 __all__ = ["ParsedDocuments", "parse_documents", "token_hash"]
 
@@ -48,7 +48,7 @@ class ParsedDocuments:
 
     Message ``i`` (if ``ok[i]``) owns tokens ``token_indptr[i]:token_indptr[i+1]`` (declined
     messages own none). ``buffer`` is the batch's bytes joined; ``token_start``/``token_bytes``
-    locate each token in it, so a new token's id is computed from its bytes (``feature_hash``).
+    locate each token in it, so a new token's id is computed from its bytes (``text.feature_hash``).
     """
 
     ok: np.ndarray  # bool per message

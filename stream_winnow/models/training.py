@@ -17,12 +17,12 @@ import numpy as np
 
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.errors import ConfigError
-from stream_winnow.features import FeatureBatch
 from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import KEEP_TABLE, DiscardReport, MistakeDriven
 from stream_winnow.learners.naive_bayes import NaiveBayes
 from stream_winnow.stores.memory import MemoryStore
+from stream_winnow.text.features import FeatureBatch
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ import numpy as np
 from numba import njit
 
 from stream_winnow.errors import CodecError, ConfigError
-from stream_winnow.top_scores import top_columns
+from stream_winnow.wire.top_scores import top_columns
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -364,7 +364,7 @@ def encode_decisions(
 
     ``top`` K keeps, of each row, the K highest scores, highest first (ties to the earlier
     name), and the scores of its categories that are not among them
-    (:func:`stream_winnow.top_scores.top_columns`); None keeps every score in the order of
+    (:func:`stream_winnow.wire.top_scores.top_columns`); None keeps every score in the order of
     ``names``. Ten of 90 scores take a decision from about 1,500 to 300 bytes; their maps cost
     1.4 µs a document to build, every score's 0.4 µs (1,000 documents of 90 categories).
 
