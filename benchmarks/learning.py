@@ -3,6 +3,7 @@
     python -m benchmarks.learning accuracy --source ../shared/datasets/reuters21578.tar.gz
     python -m benchmarks.learning ablation --source ../shared/datasets/reuters21578.tar.gz
     python -m benchmarks.learning speed    --source ../shared/datasets/reuters21578.tar.gz
+    python -m benchmarks.learning one-of   --source ../shared/datasets/reuters21578.tar.gz
 
 ``accuracy``: hold-out (train on the training split, score the test split), top
 10 and 90 categories, for each learner at its defaults and for the project's
@@ -11,8 +12,11 @@ threshold, + sqrt strength, + feature discarding) for the three linear rules,
 then this project's two additions (length normalisation with averaged passes;
 a wide thick threshold). ``speed``: prequential runs (predict, then learn, one
 pass over training then test documents) of our learners next to Vowpal Wabbit
-and River in the same process and run, docs/s and micro-F1. Each prints a
-Markdown table (or JSON with ``--json``).
+and River in the same process and run, docs/s and micro-F1. ``one-of``: accuracy on
+R8 and R52 (the single-topic ModApte documents) for every rule in one-of mode, beside
+scikit-learn's LinearSVC (tf-idf) and MultinomialNB (counts) on the same tokens when
+scikit-learn is installed (the ``bench`` extra). Each prints a Markdown table (or JSON
+with ``--json``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte
+from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte, read_single_label
 from stream_winnow.evaluation.runs import holdout, prequential
 from stream_winnow.learners import build_learner
 from stream_winnow.learners.base import Learner
@@ -69,6 +73,63 @@ def accuracy_rows() -> list[Row]:
         Row("multinomial-nb (defaults)", lambda: build_learner("multinomial-nb")),
         Row("bernoulli-nb (defaults)", lambda: build_learner("bernoulli-nb")),
     ]  # fmt: skip
+
+
+# One-of's best here: the wide threshold on raw sqrt strengths with word pairs (R8 0.9764, R52 0.9455).
+ONE_OF_BEST_FEATURES = FeatureConfig(strength="sqrt", normalize=False, bigrams=True)
+ONE_OF_BEST_FLAGS = "--no-normalize --bigrams --theta-minus 0.2 --theta-plus 3"
+
+
+def one_of_rows() -> list[Row]:
+    rows = [Row(f"{name} (defaults)", partial(build_learner, name, mode="one-of"))
+            for name in ("balanced-winnow", "positive-winnow", "perceptron", "multinomial-nb")]  # fmt: skip
+    for name in ("balanced-winnow", "perceptron"):
+        rows.append(Row(f"{name} {BEST_FLAGS}", partial(build_learner, name, mode="one-of", features=BEST_FEATURES,
+                                                        **BEST_SETTINGS)))  # fmt: skip
+        rows.append(Row(f"{name} {ONE_OF_BEST_FLAGS}", partial(build_learner, name, mode="one-of",
+                                                               features=ONE_OF_BEST_FEATURES, **BEST_SETTINGS)))  # fmt: skip
+    return rows
+
+
+def _single_label_splits(source: str) -> dict[str, ModApteSplit]:
+    r52 = read_single_label(source)
+    return {"R8": r52.most_frequent(8), "R52": r52}
+
+
+def scikit_learn_rows(splits: dict[str, ModApteSplit]) -> list[dict[str, Any]]:
+    """LinearSVC on sublinear tf-idf and MultinomialNB on counts of the same tokens; [] without scikit-learn."""
+    try:
+        from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+        from sklearn.naive_bayes import MultinomialNB
+        from sklearn.svm import LinearSVC
+    except ImportError:
+        return []
+    systems = [("scikit-learn LinearSVC, tf-idf", lambda: TfidfVectorizer(analyzer=list, sublinear_tf=True), LinearSVC),
+               ("scikit-learn MultinomialNB, counts", lambda: CountVectorizer(analyzer=list), MultinomialNB)]  # fmt: skip
+    out = []
+    for label, vectorizer, model in systems:
+        row: dict[str, Any] = {"learner": label}
+        for name, split in splits.items():
+            vectors = vectorizer()
+            train = vectors.fit_transform([list(d.tokens) for d in split.train])
+            test = vectors.transform([list(d.tokens) for d in split.test])
+            predicted = model().fit(train, [d.labels[0] for d in split.train]).predict(test)
+            accuracy = sum(p == d.labels[0] for p, d in zip(predicted, split.test, strict=True)) / len(split.test)
+            row[name] = {"accuracy": round(float(accuracy), 4)}
+        out.append(row)
+    return out
+
+
+def run_one_of(splits: dict[str, ModApteSplit]) -> list[dict[str, Any]]:
+    """Accuracy (= micro-F1: one category decided, one true) of every row on each single-label split."""
+    results = []
+    for row in one_of_rows():
+        out: dict[str, Any] = {"learner": row.label}
+        for name, split in splits.items():
+            out[name] = {"accuracy": round(holdout(row.make(), split.train, split.test, row.training).report.micro_f1, 4)}
+        results.append(out)
+        print(json.dumps(out), flush=True) if _VERBOSE else None
+    return results + scikit_learn_rows(splits)
 
 
 def _wide_threshold(name: str) -> Learner:
@@ -186,7 +247,7 @@ _VERBOSE = False
 def main(argv: Sequence[str] | None = None) -> None:
     global _VERBOSE
     parser = argparse.ArgumentParser(prog="python -m benchmarks.learning", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["accuracy", "ablation", "speed"])
+    parser.add_argument("what", choices=["accuracy", "ablation", "speed", "one-of"])
     parser.add_argument("--source", required=True, help="reuters21578.tar.gz or a folder with the .sgm files")
     parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     parser.add_argument("--repeats", type=int, default=3, help="speed: runs per system; the fastest is kept")
@@ -195,8 +256,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     _VERBOSE = args.verbose
     started = time.perf_counter()
-    splits = _splits(args.source)
-    if args.what == "speed":
+    splits = _single_label_splits(args.source) if args.what == "one-of" else _splits(args.source)
+    if args.what == "one-of":
+        results = run_one_of(splits)
+        table = _table(["learner (one-of)", "R8 accuracy", "R52 accuracy"],
+                       [[r["learner"], r["R8"]["accuracy"], r["R52"]["accuracy"]] for r in results])  # fmt: skip
+    elif args.what == "speed":
         results = run_speed(splits, args.river_max_docs, args.repeats)
         table = _table(
             ["system", "stream", "documents", "docs/s", "micro-F1", "macro-F1"],
