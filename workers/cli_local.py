@@ -150,6 +150,11 @@ def up(broker_port: int | None, redis_port: int | None, partitions: int) -> None
 @click.option("--documents-topic", "--topic", "documents_topic", envvar=env("--documents-topic"), show_envvar=True,
               default=_TOPIC_DEFAULTS.documents, show_default=True)
 @option("--labels-topic", default=_TOPIC_DEFAULTS.labels, show_default=True)
+@click.option("--wait-s", type=click.FloatRange(min=0), default=0, show_default=True,
+              help="Then wait up to this long for the documents' decisions, and count them and the dead "
+                   "letters by reason (0: do not wait).")
+@option("--decisions-topic", default=_TOPIC_DEFAULTS.decisions, show_default=True)
+@option("--dead-letters-topic", default=_TOPIC_DEFAULTS.dead_letters, show_default=True)
 @kafka_options
 @option("--kafka-client", type=click.Choice(["kafka-python", "confluent"]), default="kafka-python",
         show_default=True)
@@ -164,6 +169,9 @@ def produce(
     rate_docs_per_s: float | None,
     documents_topic: str,
     labels_topic: str,
+    wait_s: float,
+    decisions_topic: str,
+    dead_letters_topic: str,
     kafka_client: str,
     quiet: bool,
     **flags: Any,
@@ -182,6 +190,7 @@ def produce(
         raise click.UsageError("--labels-only and --with-labels exclude each other")
     counted = _checked(input_path, synthetic, labels_only)
     settings = _kafka_settings(flags, "stream-winnow-produce")
+    follow = _Outcomes(settings, decisions_topic, dead_letters_topic) if wait_s else None
     producer = make_producer(settings, kafka_client)  # type: ignore[arg-type]
     sent_docs = sent_labels = 0
     started = time.monotonic()
@@ -221,6 +230,59 @@ def produce(
     labelled_docs = f", {counted.labelled:,} of them labelled" if with_labels else ""
     click.echo(f"{sent_docs:,} documents to {documents_topic}{scored_only}{labelled_docs}, {sent_labels:,} "
                f"labelled events to {labels_topic} in {seconds:.1f} s")  # fmt: skip
+    if follow is not None:
+        click.echo(follow.wait(sent_docs if not labels_only else 0, wait_s))
+
+
+class _Outcomes:
+    """What the workers made of what ``produce`` sent: decisions and dead letters from now on, read
+    without a consumer group (every partition, nothing committed)."""
+
+    def __init__(self, settings: KafkaSettings, decisions_topic: str, dead_letters_topic: str) -> None:
+        import kafka
+        from kafka.errors import KafkaError
+
+        from workers.transport.kafka_python import client_configs
+
+        self.decisions_topic, self.started_ms = decisions_topic, now_ms()
+        try:
+            self.consumer = kafka.KafkaConsumer(**client_configs(settings), group_id=None, enable_auto_commit=False)
+            assigned = [kafka.TopicPartition(topic, p) for topic in (decisions_topic, dead_letters_topic)
+                        for p in sorted(self.consumer.partitions_for_topic(topic) or ())]  # fmt: skip
+        except KafkaError as error:
+            raise TransportError(f"cannot reach {settings.bootstrap_servers}: {error!r}") from error
+        self.consumer.assign(assigned)
+        self.consumer.seek_to_end(*assigned)
+        self.decided: set[str] = set()
+        self.dead: dict[str, int] = {}
+
+    def wait(self, documents: int, wait_s: float) -> str:
+        """Read until ``documents`` decisions came or ``wait_s`` passed; the summary line."""
+        deadline = time.monotonic() + wait_s
+        try:
+            while time.monotonic() < deadline and (len(self.decided) < documents or not documents):
+                for records in self.consumer.poll(timeout_ms=200).values():
+                    for record in records:
+                        if 0 <= record.timestamp < self.started_ms:  # Tansu's "latest" starts at the last batch
+                            continue
+                        self._count(record.topic, record.value)
+        finally:
+            self.consumer.close()
+        reasons = ", ".join(f"{n:,} {reason}" for reason, n in sorted(self.dead.items()))
+        total = sum(self.dead.values())
+        dead = f"{total:,} dead letter{'' if total == 1 else 's'}" + (f" ({reasons}; `tail dead-letters` shows them)"
+                                                             if reasons else "")  # fmt: skip
+        return f"{len(self.decided):,} of {documents:,} documents decided within {wait_s:g} s; {dead}"
+
+    def _count(self, topic: str, value: bytes) -> None:
+        try:
+            if topic == self.decisions_topic:
+                self.decided.add(decode_decision(value).id)
+            else:
+                reason = decode_dead_letter(value).reason
+                self.dead[reason] = self.dead.get(reason, 0) + 1
+        except CodecError:
+            self.dead["unreadable"] = self.dead.get("unreadable", 0) + 1
 
 
 @dataclass(frozen=True)

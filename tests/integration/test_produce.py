@@ -103,16 +103,22 @@ def test_lines_without_labels_are_only_scored_and_empty_labels_are_learned(servi
     lines[1]["labels"] = []  # belongs to no category, said explicitly
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     ports = _workers_ready(service, 1)
-    output = _produce(service, "--input", str(path))
+    output = _produce(service, "--input", str(path), "--wait-s", "90", "--decisions-topic", service.topics["decisions"],
+                      "--dead-letters-topic", service.topics["dead_letters"])  # fmt: skip
     assert "30 documents to" in output and "(10 to be scored only)" in output and "20 labelled events to" in output
+    assert "30 of 30 documents decided within 90 s; 0 dead letters" in output
     assert _counted(ports, "stream_winnow_labelled_events_total", 20) == 20
     assert _counted(ports, "stream_winnow_decisions_emitted_total", 30) == 30
 
     labels_only = tmp_path / "labels.jsonl"
-    labels_only.write_text("".join(json.dumps({"id": d.id, "labels": list(d.labels)}) + "\n" for d in docs[:10]),
-                           encoding="utf-8")  # fmt: skip
-    output = _produce(service, "--input", str(labels_only), "--labels-only")
-    assert "10 labelled events to" in output
+    never_sent = json.dumps({"id": "never-sent", "labels": ["x"]}) + "\n"
+    labels_only.write_text("".join(json.dumps({"id": d.id, "labels": list(d.labels)}) + "\n" for d in docs[:10])
+                           + never_sent, encoding="utf-8")  # fmt: skip
+    output = _produce(service, "--input", str(labels_only), "--labels-only", "--wait-s", "20",
+                      "--dead-letters-topic", service.topics["dead_letters"],
+                      "--decisions-topic", service.topics["decisions"])  # fmt: skip
+    assert "11 labelled events to" in output
+    assert "1 dead letter (1 document-not-cached; `tail dead-letters` shows them)" in output
     assert _counted(ports, "stream_winnow_labelled_events_total", 30) == 30  # tokens from the document cache
 
 
