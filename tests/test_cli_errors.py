@@ -70,3 +70,16 @@ def test_up_on_a_taken_port_says_so_and_starts_nothing(taken_port: int) -> None:
     assert code == 2
     assert _one_line(output) == (f"error: port {taken_port} (--broker-port) is taken by another process; "
                                  "free it, or give --broker-port 0 for any")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_broker_that_is_not_there_is_one_line_with_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_text('{"id": "a", "tokens": ["x"], "labels": ["y"]}\n', encoding="utf-8")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as closed:
+        closed.bind(("127.0.0.1", 0))
+        nobody = closed.getsockname()[1]
+    code, output = _run("produce", "--input", str(path), "--bootstrap-servers", f"127.0.0.1:{nobody}", "--quiet")
+    assert code == 1
+    line = _one_line(output)
+    assert line.startswith(f"error: cannot create a producer for 127.0.0.1:{nobody}") and "stream-winnow up" in line

@@ -198,3 +198,27 @@ def _read_lines(process: subprocess.Popen[str], n: int, timeout_s: float) -> lis
         except queue.Empty:
             pytest.fail(f"{n} lines expected within {timeout_s} s, got {got} (exit code {process.poll()})")
     return got
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_demo_stops_within_seconds_on_ctrl_c_and_sigterm(signum: int, code: int) -> None:
+    process = _cli("demo", "--documents", "20000", "--workers", "2", "--timeout-s", "120")
+    try:
+        assert process.stderr is not None
+        deadline = time.monotonic() + 100
+        for line in process.stderr:  # until it streams: the broker, Redis and workers are all up
+            if line.startswith("streaming") or time.monotonic() > deadline:
+                break
+        time.sleep(2.0)
+        process.send_signal(signum)
+        started = time.monotonic()
+        assert process.wait(20) == code
+        assert time.monotonic() - started < 10
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    left = subprocess.run(["pgrep", "-f", "workers.cli worker"], capture_output=True, text=True).stdout.split()
+    assert not left, f"workers left running: {left}"

@@ -313,7 +313,8 @@ class KafkaPythonProducer(Producer):
                 allow_auto_create_topics=False,
             )
         except KafkaError as exc:
-            raise TransportError(f"cannot create a producer for {s.bootstrap_servers}: {exc!r}") from exc
+            raise TransportError(f"cannot create a producer for {s.bootstrap_servers}: {exc!r}; is the broker "
+                                 "running there? (`stream-winnow up` starts one on this machine)") from exc
         self._errors: list[BaseException] = []
         self._lock = threading.Lock()
         self._sends = _Sends()
