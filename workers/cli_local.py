@@ -44,6 +44,7 @@ from workers.demo import (
     DEFAULT_BROKER_PORT,
     DEFAULT_REDIS_PORT,
     DemoConfig,
+    dead_letter_reason,
     exports,
     local_services,
     now_ms,
@@ -239,20 +240,8 @@ class _Outcomes:
     without a consumer group (every partition, nothing committed)."""
 
     def __init__(self, settings: KafkaSettings, decisions_topic: str, dead_letters_topic: str) -> None:
-        import kafka
-        from kafka.errors import KafkaError
-
-        from workers.transport.kafka_python import client_configs
-
         self.decisions_topic, self.started_ms = decisions_topic, now_ms()
-        try:
-            self.consumer = kafka.KafkaConsumer(**client_configs(settings), group_id=None, enable_auto_commit=False)
-            assigned = [kafka.TopicPartition(topic, p) for topic in (decisions_topic, dead_letters_topic)
-                        for p in sorted(self.consumer.partitions_for_topic(topic) or ())]  # fmt: skip
-        except KafkaError as error:
-            raise TransportError(f"cannot reach {settings.bootstrap_servers}: {error!r}") from error
-        self.consumer.assign(assigned)
-        self.consumer.seek_to_end(*assigned)
+        self.consumer = _reader(settings, [decisions_topic, dead_letters_topic], from_beginning=False)
         self.decided: set[str] = set()
         self.dead: dict[str, int] = {}
 
@@ -275,14 +264,41 @@ class _Outcomes:
         return f"{len(self.decided):,} of {documents:,} documents decided within {wait_s:g} s; {dead}"
 
     def _count(self, topic: str, value: bytes) -> None:
+        if topic != self.decisions_topic:
+            reason = dead_letter_reason(value)
+            self.dead[reason] = self.dead.get(reason, 0) + 1
+            return
         try:
-            if topic == self.decisions_topic:
-                self.decided.add(decode_decision(value).id)
-            else:
-                reason = decode_dead_letter(value).reason
-                self.dead[reason] = self.dead.get(reason, 0) + 1
+            self.decided.add(decode_decision(value).id)
         except CodecError:
-            self.dead["unreadable"] = self.dead.get("unreadable", 0) + 1
+            pass  # not a decision: nothing to count
+
+
+def _reader(settings: KafkaSettings, topics: list[str], from_beginning: bool) -> Any:
+    """A kafka-python consumer on every partition of ``topics``, at their start or end, without a group
+    (it joins nothing and commits nothing). A topic that does not exist is a ``ConfigError``."""
+    import kafka
+    from kafka.errors import KafkaError
+
+    from workers.transport.kafka_python import client_configs
+
+    try:
+        consumer = kafka.KafkaConsumer(**client_configs(settings), group_id=None, enable_auto_commit=False)
+        assigned = []
+        for topic in topics:
+            partitions = consumer.partitions_for_topic(topic)
+            if not partitions:
+                consumer.close()
+                raise ConfigError(f"no topic {topic!r} on {settings.bootstrap_servers}")
+            assigned += [kafka.TopicPartition(topic, p) for p in sorted(partitions)]
+    except KafkaError as error:
+        raise TransportError(f"cannot reach {settings.bootstrap_servers}: {error!r}") from error
+    consumer.assign(assigned)
+    if from_beginning:
+        consumer.seek_to_beginning(*assigned)
+    else:
+        consumer.seek_to_end(*assigned)
+    return consumer
 
 
 @dataclass(frozen=True)
@@ -364,31 +380,15 @@ def tail(
     Reads every partition without joining a consumer group and commits nothing.
     Dead letters show the original message as base64.
     """
-    import kafka
     from kafka.errors import KafkaError
-
-    from workers.transport.kafka_python import client_configs
 
     topic = decisions_topic if kind == "decisions" else dead_letters_topic
     settings = _kafka_settings(flags, "stream-winnow-tail")
     to_json = _decision_json if kind == "decisions" else _dead_letter_json
     started_ms = now_ms()
-    try:
-        consumer = kafka.KafkaConsumer(**client_configs(settings), group_id=None, enable_auto_commit=False,
-                                       auto_offset_reset="earliest" if from_beginning else "latest")  # fmt: skip
-    except KafkaError as error:
-        raise TransportError(f"cannot reach {settings.bootstrap_servers}: {error!r}") from error
+    consumer = _reader(settings, [topic], from_beginning)
     printed = 0
     try:
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            raise ConfigError(f"no topic {topic!r} on {settings.bootstrap_servers}")
-        assigned = [kafka.TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(assigned)
-        if from_beginning:
-            consumer.seek_to_beginning(*assigned)
-        else:
-            consumer.seek_to_end(*assigned)
         last_message = time.monotonic()
         while max_messages is None or printed < max_messages:
             wait_ms = 500

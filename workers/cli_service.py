@@ -12,12 +12,13 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
-from stream_winnow.errors import TransportError
+from stream_winnow.errors import ServiceUnavailable, TransportError
 from stream_winnow.learners import LEARNERS
+from stream_winnow.learners.base import Learner
 from stream_winnow.models.named import connect, open_learner
 from stream_winnow.shared.document_cache import DocumentCache
 from stream_winnow.stores.cached import CachedStore
@@ -32,6 +33,8 @@ from workers.config import (
     redact_url,
 )
 from workers.transport import COMPRESSIONS, Consumer, KafkaSettings, Producer, make_consumer, make_producer
+
+T = TypeVar("T")
 
 
 def env(flag: str) -> str:
@@ -231,7 +234,6 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
 
 def run_worker(config: WorkerConfig) -> None:
     """Connect (retrying until Redis answers), serve health and metrics, and run the loop until SIGTERM."""
-    from stream_winnow.errors import StoreError
     from workers.health import serve_http
     from workers.metrics import WorkerMetrics
     from workers.worker import Worker
@@ -241,20 +243,24 @@ def run_worker(config: WorkerConfig) -> None:
              config.worker_id, config.model, config.group_id, config.kafka.bootstrap_servers, config.kafka_client,
              redact_url(config.redis_url))  # fmt: skip
     log.debug("settings: %r", config)
-    delay_s = config.retry_initial_ms / 1000
-    while True:
+
+    def open_model() -> tuple[Any, Learner]:
+        client = connect(config.redis_url)
+        learner = open_learner(client, config.model, learner=config.learner, shards=config.shards)
+        learner.store = CachedStore(learner.store, config.max_staleness_ms, config.weight_cache_mib * 2**20)
+        return client, learner
+
+    def open_broker() -> tuple[Consumer, Producer]:
+        consumer = make_consumer(config.kafka, config.kafka_client)
         try:
-            client = connect(config.redis_url)
-            learner = open_learner(client, config.model, learner=config.learner, shards=config.shards)
-            learner.store = CachedStore(learner.store, config.max_staleness_ms, config.weight_cache_mib * 2**20)
-            break
-        except StoreError as error:
-            log.warning("Redis at %s unavailable (%s); retrying in %.1f s", redact_url(config.redis_url), error,
-                        delay_s)  # fmt: skip
-            time.sleep(delay_s)
-            delay_s = min(delay_s * 2, config.retry_max_ms / 1000)
+            return consumer, make_producer(config.kafka, config.kafka_client)
+        except TransportError:
+            consumer.close()
+            raise
+
+    client, learner = _until_up(f"Redis at {redact_url(config.redis_url)}", open_model, config, log)
     metrics = WorkerMetrics()
-    consumer, producer = _connect_broker(config, log)
+    consumer, producer = _until_up(f"broker at {config.kafka.bootstrap_servers}", open_broker, config, log)
     the_worker = Worker(
         config,
         consumer,
@@ -273,15 +279,14 @@ def run_worker(config: WorkerConfig) -> None:
             server.shutdown()
 
 
-def _connect_broker(config: WorkerConfig, log: logging.Logger) -> tuple[Consumer, Producer]:
-    """The worker's consumer and producer, retrying (with the Redis back-off) until the broker answers."""
+def _until_up(service: str, attempt: Callable[[], T], config: WorkerConfig, log: logging.Logger) -> T:
+    """``attempt()``, retried with the worker's back-off (doubling, capped) while ``service`` is unavailable."""
     delay_s = config.retry_initial_ms / 1000
     while True:
         try:
-            return make_consumer(config.kafka, config.kafka_client), make_producer(config.kafka, config.kafka_client)
-        except TransportError as error:
-            log.warning("broker at %s unavailable (%s); retrying in %.1f s", config.kafka.bootstrap_servers, error,
-                        delay_s)  # fmt: skip
+            return attempt()
+        except ServiceUnavailable as error:
+            log.warning("%s unavailable (%s); retrying in %.1f s", service, error, delay_s)
             time.sleep(delay_s)
             delay_s = min(delay_s * 2, config.retry_max_ms / 1000)
 

@@ -566,7 +566,7 @@ def _stream(
             for records in consumer.poll(timeout_ms=_POLL_MS).values():
                 for record in records:
                     if record.topic == topics.dead_letters:
-                        reason = _reason(record.value)
+                        reason = dead_letter_reason(record.value)
                         dead_letters[reason] = dead_letters.get(reason, 0) + 1
                         continue
                     try:
@@ -622,7 +622,7 @@ def _stream(
     )
 
 
-def _reason(value: bytes) -> str:
+def dead_letter_reason(value: bytes) -> str:
     """A dead letter's reason, or ``unreadable`` for a message on that topic that is not one."""
     try:
         return decode_dead_letter(value).reason
