@@ -210,7 +210,7 @@ class DemoResult:
             ("micro-F1", f"{self.report.micro_f1:.3f}"),
             ("macro-F1", f"{self.report.macro_f1:.3f}"),
             ("pace", f"{self.documents_per_s:,.0f} documents/s decided, held to at most {self.window_docs:,} "
-                     "documents ahead of the labels learned (the maximum: python -m benchmarks.service)"),
+                     "documents sent and not yet decided (the maximum: python -m benchmarks.service)"),
             ("elapsed", f"{self.streaming_s:.1f} s streaming, {self.elapsed_s:.1f} s in all"),
             ("model version", f"{self.model_version:,}"),
         ]
