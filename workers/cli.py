@@ -1,6 +1,7 @@
 """The ``stream-winnow`` command: one entry point, subcommands grouped by what they serve.
 
 - learning in process (``cli_learning``): ``dataset``, ``evaluate``
+- domain models (``cli_domain``): ``domain fit``, ``domain show``
 - the service (``cli_service``): ``worker``
 - on one machine (``cli_local``): ``up``, ``produce``, ``tail``, ``demo``
 - models in Redis (``cli_model``): ``train``, ``export``, ``import``, ``explain``, ``categories``, ``status``, ``compact``
@@ -51,13 +52,18 @@ def main(ctx: click.Context) -> None:
     services = local_state.running()
     if services is not None:
         found = {"bootstrap_servers": services.bootstrap_servers, "redis_url": services.redis_url}
-        ctx.default_map = {name: found for name in main.commands}
+        ctx.default_map = {
+            name: {sub: found for sub in command.commands} if isinstance(command, click.Group) else found
+            for name, command in main.commands.items()
+        }
 
 
 def _register() -> None:
-    from workers import cli_learning, cli_local, cli_model, cli_service
+    from workers import cli_domain, cli_learning, cli_local, cli_model, cli_service
 
-    for command in [*cli_learning.COMMANDS, *cli_service.COMMANDS, *cli_model.COMMANDS, *cli_local.COMMANDS]:
+    commands = [*cli_learning.COMMANDS, *cli_domain.COMMANDS, *cli_service.COMMANDS, *cli_model.COMMANDS,
+                *cli_local.COMMANDS]  # fmt: skip
+    for command in commands:
         main.add_command(command)
 
 

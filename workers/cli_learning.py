@@ -11,9 +11,11 @@ from typing import Any
 import click
 
 from stream_winnow.datasets import read_labelled_jsonl, read_modapte, read_single_label, write_modapte
+from stream_winnow.errors import ConfigError
 from stream_winnow.evaluation.runs import EvaluationResult, holdout, prequential
 from stream_winnow.learners import DECISION_MODES, LEARNERS, Learner, build_learner
 from stream_winnow.models.training import TrainingConfig
+from stream_winnow.text.domain import FEATURE_SETS, DomainFeatures, DomainModel
 from stream_winnow.text.features import STRENGTHS, FeatureConfig
 
 
@@ -28,6 +30,10 @@ def learner_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--normalize/--no-normalize", default=None,
                      help="Length-normalise strengths [default: on for the Winnows, off for the others]."),
         click.option("--bigrams/--no-bigrams", default=False, show_default=True, help="Add adjacent word pairs."),
+        click.option("--features", "feature_set", type=click.Choice(FEATURE_SETS), default="words", show_default=True,
+                     help="What the learner sees: words, the domains of --domain, or both."),
+        click.option("--domain", "domain_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="A domain model from `stream-winnow domain fit` (for --features domain or both)."),
         click.option("--alpha", type=float, help="Promotion factor (Winnow) or step (Perceptron)."),
         click.option("--beta", type=float, help="Demotion factor (Winnow)."),
         click.option("--theta", type=float, help="Threshold used for prediction [default: 1]."),
@@ -72,6 +78,14 @@ def make_learner(options: dict[str, Any]) -> tuple[Learner, TrainingConfig]:
     for key in ("alpha", "beta", "theta", "theta_minus", "theta_plus", "smoothing"):
         options.pop(key, None)
     learner = build_learner(name, mode=options.pop("mode"), features=features, **settings)
+    feature_set, domain_path = options.pop("feature_set", "words"), options.pop("domain_path", None)
+    if feature_set == "words":
+        if domain_path is not None:
+            raise ConfigError("--domain is for --features domain or --features both")
+    elif domain_path is None:
+        raise ConfigError(f"--features {feature_set} needs --domain DOMAIN.npz (make one with `stream-winnow domain fit`)")
+    else:
+        learner.use_domain(DomainFeatures(DomainModel.load(domain_path), feature_set))
     return learner, training
 
 

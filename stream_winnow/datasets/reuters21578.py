@@ -112,6 +112,13 @@ def read_single_label(source: str | Path, top: int | None = None, tokenizer: Tok
     return split if top is None else split.most_frequent(top)
 
 
+def read_modapte_unlabelled(source: str | Path, tokenizer: Tokenizer = tokenize) -> list[LabelledDocument]:
+    """All 9,603 ModApte training documents with their labels dropped: the unlabelled corpus a domain model is
+    fitted on (1,828 of them have no topic at all; a newsroom's archive is the same kind of text)."""
+    train, _ = _read_candidates(Path(source), tokenizer)
+    return [LabelledDocument(doc.id, doc.tokens, ()) for doc in train]
+
+
 def write_modapte(split: ModApteSplit, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``train.jsonl`` and ``test.jsonl`` into ``out_dir`` (created if missing); return both paths."""
     directory = Path(out_dir)

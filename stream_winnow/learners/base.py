@@ -25,6 +25,7 @@ from scipy import sparse
 from stream_winnow.errors import ConfigError
 from stream_winnow.stores.base import CounterUpdate, TableSpec, Update, WeightStore
 from stream_winnow.stores.memory import MemoryStore
+from stream_winnow.text.domain import DomainFeatures
 from stream_winnow.text.features import FeatureBatch, FeatureConfig, FeatureVector, Featurizer
 
 DecisionMode = Literal["any-of", "one-of"]
@@ -110,6 +111,30 @@ class Learner(ABC):
     def default_features(cls) -> FeatureConfig:
         """The feature settings this rule uses unless told otherwise."""
         return FeatureConfig()
+
+    @property
+    def domain(self) -> DomainFeatures | None:
+        """The domain features this learner sees beside (or instead of) words; None for words only."""
+        return self.featurizer.domain
+
+    def use_domain(self, domain: DomainFeatures) -> None:
+        """See documents through ``domain`` from now on, and keep its domain model in the store.
+
+        A model's domain model is fixed when the model is made: a store that
+        already holds weights, or another domain model, is refused
+        (``ConfigError``); train a new model with the new domain model instead.
+        """
+        recorded = self.store.metadata().get("domain_version")
+        if recorded != domain.model.version:
+            if recorded is not None or self.store.n_features():
+                raise ConfigError(
+                    "this model already holds weights learned "
+                    + (f"with domain model {recorded}" if recorded else "without a domain model")
+                    + f"; train a new model with domain model {domain.model.version}"
+                )
+            self.store.set_domain_model(domain.model.to_bytes())
+            self.store.set_metadata({"feature_set": domain.feature_set, "domain_version": domain.model.version})
+        self.featurizer = Featurizer(self.features, domain=domain)
 
     # -- what a rule defines ---------------------------------------------------------------------------
     @abstractmethod

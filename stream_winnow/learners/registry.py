@@ -7,13 +7,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from stream_winnow.errors import ConfigError
+from stream_winnow.errors import ConfigError, DataError
 from stream_winnow.learners.balanced_winnow import BalancedWinnow
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.naive_bayes import BernoulliNB, MultinomialNB
 from stream_winnow.learners.perceptron import Perceptron
 from stream_winnow.learners.positive_winnow import PositiveWinnow
 from stream_winnow.stores.base import WeightStore
+from stream_winnow.text.domain import DomainFeatures, DomainModel
 from stream_winnow.text.features import FeatureConfig
 
 LEARNERS: dict[str, type[Learner]] = {
@@ -66,6 +67,7 @@ def describe(learner: Learner) -> dict[str, str]:
     """The learner's name and settings as model metadata (strings, JSON-encoded values)."""
     params = learner.params()
     features = params.pop("features")
+    domain = learner.domain
     return {
         "learner": learner.name,
         "mode": str(params.pop("mode")),
@@ -73,6 +75,8 @@ def describe(learner: Learner) -> dict[str, str]:
         "normalize": json.dumps(features.normalize),
         "bigrams": json.dumps(features.bigrams),
         "settings": json.dumps({k: v for k, v in params.items() if v is not None}, sort_keys=True),
+        "feature_set": "words" if domain is None else domain.feature_set,
+        **({} if domain is None else {"domain_version": domain.model.version}),
     }
 
 
@@ -86,6 +90,24 @@ def from_metadata(metadata: Mapping[str, str], store: WeightStore | None = None)
         bigrams=json.loads(metadata.get("bigrams", "false")),
     )
     settings = json.loads(metadata.get("settings", "{}"))
-    return build_learner(
+    learner = build_learner(
         metadata["learner"], mode=metadata.get("mode", "any-of"), features=features, store=store, **settings
     )
+    feature_set = metadata.get("feature_set", "words")
+    if feature_set != "words":
+        learner.use_domain(DomainFeatures(_domain_model_of(learner.store, metadata), feature_set))  # type: ignore[arg-type]
+    return learner
+
+
+def _domain_model_of(store: WeightStore, metadata: Mapping[str, str]) -> DomainModel:
+    """The domain model ``store`` keeps, checked against the version its metadata records."""
+    data = store.domain_model()
+    if data is None:
+        raise DataError("the model learns with domain features but its domain model is missing from the store")
+    model = DomainModel.from_bytes(data, "the model's domain model")
+    if model.version != metadata.get("domain_version"):
+        raise DataError(
+            f"the model's domain model is version {model.version}; its weights were learned with "
+            f"{metadata.get('domain_version')}"
+        )
+    return model

@@ -83,6 +83,7 @@ class Snapshot:
     version: int
     feature_ids: np.ndarray  # int64, sorted, unique
     values: dict[str, np.ndarray]  # table -> (rows, width)
+    domain: bytes | None = None  # the domain model the weights were learned with (DomainModel.to_bytes)
 
     @property
     def n_features(self) -> int:
@@ -126,6 +127,7 @@ def take_snapshot(store: WeightStore, chunk_rows: int = 10_000) -> Snapshot:
         version=store.version,
         feature_ids=ids[order],
         values=merged,
+        domain=store.domain_model(),
     )
 
 
@@ -160,6 +162,8 @@ def restore_snapshot(snapshot: Snapshot, store: WeightStore, *, replace: bool = 
         raise ConfigError("the target's categories changed while importing (another writer?)")
     if snapshot.metadata:
         store.set_metadata(snapshot.metadata)
+    if snapshot.domain is not None:
+        store.set_domain_model(snapshot.domain)
     if isinstance(store, RedisStore):
         _write_redis(store, snapshot)
     elif isinstance(store, MemoryStore):
@@ -306,9 +310,10 @@ def write_snapshot(snapshot: Snapshot, path: str | Path, format: SnapshotFormat 
             if chosen == "msgpack":
                 header["feature_ids"] = _encode_array(snapshot.feature_ids.astype("<i8"))
                 header["values"] = {name: _encode_array(v) for name, v in values.items()}
+                header["domain"] = snapshot.domain
                 out.write(msgpack.packb(header, use_bin_type=True))
             else:
-                _write_npz(out, header, snapshot.feature_ids, [values[t.name] for t in snapshot.tables])
+                _write_npz(out, header, snapshot.feature_ids, [values[t.name] for t in snapshot.tables], snapshot.domain)
         os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it 0600; give it an ordinary file's mode
         os.replace(temporary, path)
     except BaseException:
@@ -323,8 +328,12 @@ def _umask() -> int:
     return mask
 
 
-def _write_npz(out: IO[bytes], header: dict[str, Any], ids: np.ndarray, values: Sequence[np.ndarray]) -> None:
+def _write_npz(
+    out: IO[bytes], header: dict[str, Any], ids: np.ndarray, values: Sequence[np.ndarray], domain: bytes | None
+) -> None:
     arrays: dict[str, Any] = {f"values_{i}": v for i, v in enumerate(values)}  # table i of header["tables"]
+    if domain is not None:
+        arrays["domain"] = np.frombuffer(domain, dtype=np.uint8)
     arrays["header"] = np.array([json.dumps(header)])
     arrays["feature_ids"] = ids.astype("<i8")
     np.savez_compressed(out, **arrays)
@@ -342,16 +351,20 @@ def read_snapshot(path: str | Path) -> Snapshot:
                 n_tables = len(header.get("tables", []))
                 ids = archive["feature_ids"]
                 arrays = [archive[f"values_{i}"] for i in range(n_tables)]
+                domain = archive["domain"].tobytes() if "domain" in archive.files else None
         else:
             header = _check_header(msgpack.unpackb(path.read_bytes(), raw=False), str(path))
             ids = _decode_array(header.get("feature_ids"), "feature_ids")
             raw_values = header.get("values") or {}
             arrays = [_decode_array(raw_values.get(t["name"]), f"values of {t['name']!r}") for t in header["tables"]]
+            domain = header.get("domain")
+            if domain is not None and not isinstance(domain, bytes):
+                raise DataError(f"{path}: the snapshot's domain model must be bytes")
     except DataError:
         raise
     except (KeyError, TypeError, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:
         raise DataError(f"{path}: not a readable stream-winnow snapshot ({type(error).__name__}: {error})") from None
-    return _build(header, ids, arrays, str(path))
+    return _build(header, ids, arrays, str(path), domain)
 
 
 def _check_header(header: Any, where: str) -> dict[str, Any]:
@@ -370,7 +383,9 @@ def _combine(value: Any) -> Combine:
     return "multiply" if value == "multiply" else "add"
 
 
-def _build(header: dict[str, Any], ids: np.ndarray, arrays: Sequence[np.ndarray], where: str) -> Snapshot:
+def _build(
+    header: dict[str, Any], ids: np.ndarray, arrays: Sequence[np.ndarray], where: str, domain: bytes | None = None
+) -> Snapshot:
     try:
         tables = tuple(
             TableSpec(
@@ -394,7 +409,7 @@ def _build(header: dict[str, Any], ids: np.ndarray, arrays: Sequence[np.ndarray]
         values[spec.name] = array.astype(np.float64)
     if ids.ndim != 1 or len(np.unique(ids)) != len(ids):
         raise DataError(f"{where}: feature ids must be one unique id per row")
-    return Snapshot(metadata, categories, tables, counters, version, ids, values)
+    return Snapshot(metadata, categories, tables, counters, version, ids, values, domain)
 
 
 def export_model(store: WeightStore, path: str | Path, format: SnapshotFormat | None = None) -> Snapshot:

@@ -204,6 +204,30 @@ class DocumentCache:
                 log.warning("cached document %r cannot be decoded (%s); treating it as not cached", document_id, error)
         return tokens
 
+    def sample(self, max_documents: int) -> Iterator[tuple[str, tuple[str, ...]]]:
+        """(id, tokens) of up to ``max_documents`` cached documents, newest window first: the unlabelled
+        sample a domain model is fitted on (``stream-winnow domain fit --from-cache``).
+
+        Reads with ``HSCAN`` (1,000 fields a call), so Redis is never blocked by a large window.
+        """
+        seen: set[str] = set()
+        for window in self.live_windows(self.clock()):
+            for part in range(self.parts):
+                with _store_errors("sampling cached documents"):
+                    fields = self.client.hscan_iter(self.key(window, part), count=1_000)
+                    for field, raw in fields:
+                        document_id = field.decode(errors="replace")
+                        if document_id in seen:
+                            continue
+                        try:
+                            tokens = decode_document(raw, self.limits).tokens
+                        except CodecError:
+                            continue
+                        seen.add(document_id)
+                        yield document_id, tokens
+                        if len(seen) >= max_documents:
+                            return
+
 
 @contextmanager
 def _store_errors(doing: str) -> Iterator[None]:

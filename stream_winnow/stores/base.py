@@ -268,6 +268,14 @@ class WeightStore(ABC):
     def set_metadata(self, values: Mapping[str, str]) -> None:
         """Record settings; existing keys are overwritten."""
 
+    @abstractmethod
+    def domain_model(self) -> bytes | None:
+        """The domain model the weights were learned with (``DomainModel.to_bytes``), or None for words only."""
+
+    @abstractmethod
+    def set_domain_model(self, data: bytes) -> None:
+        """Keep ``data`` as the model's domain model (about 27 MB for 400 domains of 17,000 terms)."""
+
     def widths(self) -> dict[str, int]:
         n = len(self.categories())
         return {name: (n if spec.per_category else 1) for name, spec in self.tables.items()}

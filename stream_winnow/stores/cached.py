@@ -473,6 +473,12 @@ class CachedStore(WeightStore):
     def set_metadata(self, values: Mapping[str, str]) -> None:
         self.inner.set_metadata(values)
 
+    def domain_model(self) -> bytes | None:
+        return self.inner.domain_model()
+
+    def set_domain_model(self, data: bytes) -> None:
+        self.inner.set_domain_model(data)
+
 
 def _per_row(writes: Mapping[int, int], parts: np.ndarray) -> np.ndarray:
     """Each row's part's counter in ``writes`` (-1 for a part it does not name)."""

@@ -50,6 +50,7 @@ class MemoryStore(WeightStore):
         self._seen: dict[str, list[int]] = {}
         self._version = 0
         self._metadata: dict[str, str] = {}
+        self._domain: bytes | None = None
         self._counters: dict[str, dict[str, float]] = {}
 
     def __repr__(self) -> str:
@@ -277,6 +278,12 @@ class MemoryStore(WeightStore):
 
     def set_metadata(self, values: Mapping[str, str]) -> None:
         self._metadata.update(values)
+
+    def domain_model(self) -> bytes | None:
+        return self._domain
+
+    def set_domain_model(self, data: bytes) -> None:
+        self._domain = bytes(data)
 
     # -- for the compiled loops (learners/compiled.py) --------------------------------------------------
     def allocate_rows(

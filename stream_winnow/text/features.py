@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 from numba import njit
@@ -34,6 +34,9 @@ from stream_winnow.errors import ConfigError
 from stream_winnow.text.feature_hash import feature_ids
 from stream_winnow.text.hash_table import HashTable
 from stream_winnow.wire.fast_documents import ParsedDocuments
+
+if TYPE_CHECKING:
+    from stream_winnow.text.domain import DomainFeatures
 
 Strength = Literal["binary", "count", "sqrt"]
 STRENGTHS: tuple[str, ...] = get_args(Strength)
@@ -187,8 +190,14 @@ class Featurizer:
     starts afresh, so a long-running worker's memory stays bounded.
     """
 
-    def __init__(self, config: FeatureConfig | None = None, max_cached_tokens: int = 2_000_000) -> None:
+    def __init__(
+        self,
+        config: FeatureConfig | None = None,
+        max_cached_tokens: int = 2_000_000,
+        domain: DomainFeatures | None = None,
+    ) -> None:
         self.config = config or FeatureConfig()
+        self.domain = domain  # when set, each batch also gets (or only gets) its documents' domain features
         self.max_cached_tokens = max_cached_tokens
         self._local: dict[str, int] = {}  # token -> index into _ids
         self._ids: list[int] = []
@@ -245,6 +254,8 @@ class Featurizer:
 
     def transform(self, tokens: Sequence[str]) -> FeatureVector:
         """One document's features (the same as ``transform_many([tokens]).vector(0)``)."""
+        if self.domain is not None:
+            return self.transform_many([tokens]).vector(0)
         config = self.config
         tokens = self._expand([tokens])[0]
         counts = Counter(tokens)
@@ -344,4 +355,5 @@ class Featurizer:
             documents = np.repeat(np.arange(n), np.diff(indptr))
             totals = np.bincount(documents, weights=strengths, minlength=n)
             strengths = strengths / totals[documents]
-        return FeatureBatch(indptr, ids, strengths, batch_distinct)
+        words = FeatureBatch(indptr, ids, strengths, batch_distinct)
+        return words if self.domain is None else self.domain.extend(words, counts)

@@ -8,6 +8,7 @@ Keys (several models live side by side in one Redis)::
     sw:{<model>:<shard>}:wm                the shard's watermarks: input partition -> last offset applied
     sw:{<model>}:categories / :columns     category names in column order / name -> column
     sw:{<model>}:layout / :metadata        the tables' layout / the model's settings
+    sw:{<model>}:domain                    the domain model the weights were learned with (an .npz), if any
     sw:{<model>}:version / :epoch          learning bumps the version; compact and imports the epoch
     sw:{<model>}:counter:<name>            bookkeeping counters (updates per category, NB's totals)
     sw:{<model>}:wm                        the model part's watermarks, and events seen per partition
@@ -62,6 +63,7 @@ class ModelKeys:
         self.columns_key = meta + "columns"
         self.layout_key = meta + "layout"
         self.metadata_key = meta + "metadata"
+        self.domain_key = meta + "domain"
         self.version_key = meta + "version"
         self.epoch_key = meta + "epoch"
         self.model_watermark_key = (meta + "wm").encode()

@@ -381,6 +381,15 @@ class RedisStore(WeightStore):
         with store_errors("writing metadata"):
             self.client.hset(self.keys.metadata_key, mapping={k: v for k, v in values.items()})
 
+    def domain_model(self) -> bytes | None:
+        with store_errors("reading the domain model"):
+            value = self.client.get(self.keys.domain_key)
+        return None if value is None else value if isinstance(value, bytes) else value.encode()
+
+    def set_domain_model(self, data: bytes) -> None:
+        with store_errors("writing the domain model"):
+            self.client.set(self.keys.domain_key, data)
+
     # -- the model as a whole --------------------------------------------------------------------------
     def model_keys(self) -> list[bytes]:
         """Every key of this model (rows, counts, markers, categories, ...), e.g. for MEMORY USAGE."""
