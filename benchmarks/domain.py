@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> None:
            "seconds_median": round(statistics.median(fit_seconds), 2), "seconds_min": round(min(fit_seconds), 2),
            "seconds_max": round(max(fit_seconds), 2)}  # fmt: skip
     if args.plot:
-        plot(results, args.plot, BEST_FLAGS if args.learner == "best" else args.learner)
+        plot(results, args.plot, "balanced-winnow " + BEST_FLAGS if args.learner == "best" else args.learner)
     if args.json:
         print(json.dumps({"fit": fit, "learner": args.learner, "curves": results}))
         return

@@ -63,3 +63,22 @@ def test_one_of_accuracy_on_r8(name: str) -> None:
     accuracy = holdout(build_learner(name, mode="one-of"), r8.train, r8.test).report.micro_f1
     print(f"{name}: R8 one-of accuracy {accuracy:.4f}")
     assert accuracy > ONE_OF_THRESHOLDS[name]
+
+
+def test_domain_features_from_unlabelled_documents_reach_0_90_with_a_tenth_of_the_labels() -> None:
+    # ModApte top 10, the first draw of 10 % of the labelled training documents (649), the domain model
+    # fitted on all 9,603 training documents without labels; measured when the test was written: words and
+    # domains 0.9128, words alone 0.9013 (python -m benchmarks.domain gives the whole curve).
+    if not ARCHIVE.exists():
+        pytest.skip(f"Reuters-21578 archive not found at {ARCHIVE} (set STREAM_WINNOW_REUTERS)")
+    from benchmarks.domain import labelled_sample, make_learner
+    from stream_winnow.datasets.reuters21578 import read_modapte_unlabelled
+    from stream_winnow.text.domain import fit_domain_model
+
+    domain = fit_domain_model([d.tokens for d in read_modapte_unlabelled(ARCHIVE)])
+    split = read_modapte(ARCHIVE, top=10)
+    few = labelled_sample(split.train, 0.10, seed=0)
+    micro_f1 = holdout(make_learner("best", "both", domain), few, split.test).report.micro_f1
+    print(f"domain + words, {len(few)} labels: micro-F1 {micro_f1:.4f}")
+    assert len(few) == 649
+    assert micro_f1 >= 0.90

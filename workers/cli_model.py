@@ -256,6 +256,11 @@ def _names_of(token_lists: Sequence[Sequence[str]], bigrams: bool) -> dict[int, 
     return names
 
 
+def _domain_names(learner: Learner) -> dict[int, str]:
+    """feature id -> "domain 17+" / "domain 17-" for the domain features of ``learner`` (none without them)."""
+    return {} if learner.domain is None else learner.domain.names()
+
+
 def _weight_formula(learner: Learner) -> str:
     if isinstance(learner, MistakeDriven):
         rows = "(w+ - w-)" if learner.name == "balanced-winnow" else "w"
@@ -309,7 +314,7 @@ def _explain_document(learner: Learner, tokens: Sequence[str], top: int, only: s
         shown += others[:1]  # the best category not chosen: why not it?
     values = learner.store.read(vector.ids)
     contributed = contributions(learner, values, vector.strengths, vector.total_strength)
-    names = _names_of([tokens], learner.features.bigrams)
+    names = _names_of([tokens], learner.features.bigrams) | _domain_names(learner)
     explained = []
     for column in shown:
         weights = contributed[:, column]
@@ -374,7 +379,7 @@ def explain(redis_url: str, model: str, category: str | None, top: int, text: st
             assert category is not None
             names = _names_of(
                 [d.tokens for path in vocabulary for d in read_labelled_jsonl(path)], learner.features.bigrams
-            )
+            ) | _domain_names(learner)
             out = {**header, **_explain_category(learner, category, top, names)}
     if as_json:
         click.echo(json.dumps(out))

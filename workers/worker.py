@@ -47,7 +47,7 @@ from stream_winnow.errors import CodecError, ServiceUnavailable, StoreError, Tra
 from stream_winnow.learners import compiled
 from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import MistakeDriven
-from stream_winnow.learners.registry import describe, from_metadata
+from stream_winnow.learners.registry import describe, from_metadata, without_domain
 from stream_winnow.shared.document_cache import DocumentCache
 from stream_winnow.shared.learning_peers import LearningPeers, round_events
 from stream_winnow.shared.outcomes import push_outcomes
@@ -204,7 +204,7 @@ class Worker:
         # The batches' cache writes not known to be finished, oldest first (``_cached`` finishes them).
         self._writes: deque[_CacheWrite] = deque()
         # The model's settings, to build the batch-local learner like the shared one.
-        self._learner_spec = describe(learner)
+        self._learner_spec = without_domain(describe(learner))  # scratch copies take self.learner's featurizer
         self.ledger = OffsetLedger(learner.store)
         self.peers = LearningPeers(cache.client, config.model, config.worker_id)
         # A failed batch is processed again as it was: its learning is skipped by event id.

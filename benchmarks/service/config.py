@@ -59,7 +59,7 @@ class BenchConfig:
     profile_top: int = 10
     timeout_s: float = 600.0
     command: str = ""
-    phases: tuple[str, ...] = ("pipe", "scoring", "learning", "mixed", "latency")
+    phases: tuple[str, ...] = ("pipe", "scoring", "domain-scoring", "learning", "mixed", "latency")
     latency_rate: float | None = None  # offered docs/s in the latency phase; None: half the scoring rate
     load_linger_ms: int = LOAD_LINGER_MS
     load_compression: str = "none"  # codec of the documents' and labels' producers (pre-loading, the load)

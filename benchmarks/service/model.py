@@ -36,6 +36,21 @@ def train_model(train: Sequence[LabelledDocument]) -> Model:
     return Model(learner, tuple(learner.store.categories()), seconds)
 
 
+def train_domain_model(train: Sequence[LabelledDocument], dimensions: int = 400) -> Model:
+    """The same learner seeing words and domains (``--features both``), its domain model fitted on ``train``'s
+    tokens without their labels."""
+    from stream_winnow.learners import build_learner
+    from stream_winnow.models.training import fit
+    from stream_winnow.text.domain import DomainFeatures, fit_domain_model
+
+    learner = build_learner("balanced-winnow")
+    started = time.perf_counter()
+    learner.use_domain(DomainFeatures(fit_domain_model([d.tokens for d in train], dimensions), "both"))
+    fit(learner, train)
+    seconds = time.perf_counter() - started
+    return Model(learner, tuple(learner.store.categories()), seconds)
+
+
 def mistaken_labels(learner: Learner, events: Sequence[LabelledDocument]) -> tuple[list[str], int]:
     """For each of ``events`` in order, the one category to label it with so that it is a mistake, and how many are.
 

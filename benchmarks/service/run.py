@@ -15,7 +15,14 @@ from benchmarks.service.latency import latency_documents, phase_latency
 from benchmarks.service.learning import phase_learning
 from benchmarks.service.load import load_stream, repeat_stream
 from benchmarks.service.mixed import MIXED_LABEL_EVERY, phase_mixed
-from benchmarks.service.model import marker_memory, mistaken_labels, model_memory, train_model, write_model
+from benchmarks.service.model import (
+    marker_memory,
+    mistaken_labels,
+    model_memory,
+    train_domain_model,
+    train_model,
+    write_model,
+)
 from benchmarks.service.peers import run_peers
 from benchmarks.service.pipe import phase_pipe
 from benchmarks.service.report import _split
@@ -46,6 +53,9 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
     say(f"stream: {corpus}")
     model = train_model(train)
     say(f"trained in {model.train_seconds:.1f} s: {len(model.categories)} categories")
+    domain_model = train_domain_model(train) if "domain-scoring" in config.phases else None
+    if domain_model is not None:
+        say(f"with domain features (400, fitted on the training documents): {domain_model.train_seconds:.1f} s")
     largest = max(config.documents_for(c) for c in config.clients)
     stream = repeat_stream(base, largest)
     encoded = [(d.id.encode(), encode_document(DocumentMessage(d.id, d.tokens, None, None))) for d in stream]
@@ -112,7 +122,14 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                     write_model(model, env.redis_url, scoring_model, settings.shards, len(train))
                     out.setdefault("scoring_runs", []).append(phase_scoring(env, client, scoring_model, docs))
                     say(f"[{client}] scoring: {out['scoring_runs'][-1]['per_s']:,.0f}/s")
-            for phase in ("pipe", "scoring"):
+                if domain_model is not None:
+                    domain_scoring_model = f"{MODEL}-d-{client}-{repeat}"
+                    write_model(domain_model, env.redis_url, domain_scoring_model, settings.shards, len(train))
+                    out.setdefault("domain_scoring_runs", []).append(
+                        phase_scoring(env, client, domain_scoring_model, docs)
+                    )
+                    say(f"[{client}] scoring with domain features: {out['domain_scoring_runs'][-1]['per_s']:,.0f}/s")
+            for phase in ("pipe", "scoring", "domain_scoring"):
                 if f"{phase}_runs" in out:
                     out[phase] = median_run(out[f"{phase}_runs"], "per_s")
             if "learning" in config.phases:
@@ -152,6 +169,8 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
                 out["pipe_latency"] = median_run(out["pipe_latency_runs"], "p99_ms")
             if "pipe" in out and "scoring" in out:
                 out["scoring_over_pipe"] = out["scoring"]["per_s"] / out["pipe"]["per_s"]
+            if "domain_scoring" in out and "scoring" in out:
+                out["domain_over_words"] = out["domain_scoring"]["per_s"] / out["scoring"]["per_s"]
         if config.profile:
             client = config.clients[0]
             n = config.documents_for(client)

@@ -80,6 +80,12 @@ def describe(learner: Learner) -> dict[str, str]:
     }
 
 
+def without_domain(metadata: Mapping[str, str]) -> dict[str, str]:
+    """``metadata`` of the same rule seeing words only: for a scratch copy of a learner (on a store of its own)
+    that is then given the served learner's featurizer, so it needs no domain model of its own."""
+    return {k: v for k, v in metadata.items() if k not in ("feature_set", "domain_version")}
+
+
 def from_metadata(metadata: Mapping[str, str], store: WeightStore | None = None) -> Learner:
     """Rebuild the learner ``describe`` recorded (how a worker learns which model it serves)."""
     if "learner" not in metadata:

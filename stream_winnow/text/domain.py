@@ -249,6 +249,11 @@ class DomainFeatures:
         self.feature_set = feature_set
         self._positive, self._negative = model.feature_ids()
 
+    def names(self) -> dict[int, str]:
+        """Each domain feature's id and a readable name, ``domain 17+`` or ``domain 17-`` (for ``explain``)."""
+        return {int(fid): f"domain {j}{sign}" for sign, ids in zip("+-", (self._positive, self._negative), strict=True)
+                for j, fid in enumerate(ids)}  # fmt: skip
+
     def extend(self, words: FeatureBatch, counts: np.ndarray) -> FeatureBatch:
         """``words`` with the domain features of each document after its words (or instead of them)."""
         n = len(words)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -477,3 +478,67 @@ def test_decisions_carry_the_highest_scores_and_every_assigned_category(
         best = list(d.scores.values())[: min(2, len(d.scores))]
         assert best == sorted(best, reverse=True)
     assert max(len(d.scores) for d in decisions) >= 2
+
+
+def topic_documents(n: int, seed: int = 0) -> list[LabelledDocument]:
+    """Documents of one of three topics: 4 of the topic's 8 words and 4 of 30 shared ones."""
+    rng = np.random.default_rng(seed)
+    topics = {t: [f"{t}{i}" for i in range(8)] for t in ("oil", "grain", "money")}
+    common = [f"w{i}" for i in range(30)]
+    docs = []
+    for i in range(n):
+        topic = list(topics)[i % 3]
+        tokens = [*rng.choice(topics[topic], size=4), *rng.choice(common, size=4)]
+        docs.append(LabelledDocument(f"t{i}", tuple(str(t) for t in tokens), (topic,)))
+    return docs
+
+
+def test_a_model_trained_with_a_domain_model_is_served_and_learned_with_it(service: Service, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from stream_winnow.datasets import write_labelled_jsonl
+    from stream_winnow.text.domain import DomainModel
+    from workers.cli import main
+
+    docs = topic_documents(400)
+    write_labelled_jsonl(tmp_path / "all.jsonl", docs)
+    write_labelled_jsonl(tmp_path / "train.jsonl", docs[:60])
+    runner = CliRunner()
+    fitted = runner.invoke(main, ["domain", "fit", "--input", str(tmp_path / "all.jsonl"), "--dimensions", "6",
+                                  "--out", str(tmp_path / "domain.npz")])  # fmt: skip
+    assert fitted.exit_code == 0, fitted.output
+    trained = runner.invoke(main, ["train", "--input", str(tmp_path / "train.jsonl"), "--redis-url", service.redis_url,
+                                   "--model", service.model, "--learner", "perceptron", "--features", "both",
+                                   "--domain", str(tmp_path / "domain.npz"), "--passes", "4"])  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    client = connect(service.redis_url)
+    served = open_learner(client, service.model, create=False)
+    assert served.domain is not None and served.domain.model.version == DomainModel.load(tmp_path / "domain.npz").version
+    scored = docs[100:250]
+    expected = {d.id: served.predict_one(d.tokens).categories for d in scored}
+    service.start_worker()
+    service.produce("documents", [document(d, with_labels=False) for d in scored])
+    decisions = {d.id: d for d in service.collect("decisions", lambda m: len({d.id for d in m}) >= len(scored))}
+    assert set(decisions) == set(expected), service.logs()[-3000:]
+    agree = np.mean([decisions[i].categories == expected[i] for i in expected])
+    assert agree >= 0.98, agree  # float32 weights in Redis against the same weights read in this process
+    assert np.mean([decisions[d.id].categories == d.labels for d in scored]) >= 0.9
+    # Labelled events are learned with the same domain features: rows of domain features move.
+    positive, negative = served.domain.model.feature_ids()
+    domain_ids = np.concatenate([positive, negative])
+    before = served.store.read(domain_ids)["weight"].copy()
+    version = served.store.version
+    labelled = docs[250:400]
+    service.produce("documents", [document(d, with_labels=True) for d in labelled])
+    service.collect("decisions", lambda m: len({d.id for d in m}) >= len(scored) + len(labelled))
+    deadline = time.monotonic() + 30
+    while served.store.version == version and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert served.store.version > version
+    assert not np.array_equal(served.store.read(domain_ids)["weight"], before)
+    # The workers' cached documents are the sample `domain fit --from-cache` fits on.
+    sampled = runner.invoke(main, ["domain", "fit", "--from-cache", "--redis-url", service.redis_url, "--model",
+                                   service.model, "--dimensions", "4", "--out", str(tmp_path / "again.npz"),
+                                   "--json"])  # fmt: skip
+    assert sampled.exit_code == 0, sampled.output
+    assert json.loads(sampled.output)["documents"] == len(scored) + len(labelled)
