@@ -57,7 +57,7 @@ def test_the_domain_matrix_has_unit_rows_and_keeps_words_of_two_documents_or_mor
 def test_words_of_one_topic_share_domains_that_other_topics_do_not(model: DomainModel) -> None:
     words = ["barrel", "opec", "corn", "dollar"]
     vectors = model.vectors_of([[feature_id(w)] for w in words], [[1.0]] * len(words))
-    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-9)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-6)  # summed in float32
     same, other = float(vectors[0] @ vectors[1]), float(vectors[0] @ vectors[2])
     assert same > 0.7 and abs(other) < 0.2, (same, other)
 
@@ -195,3 +195,21 @@ def test_the_cli_fits_describes_and_evaluates_with_a_domain_model(tmp_path: Path
     assert missing.exit_code == 2 and "--features domain needs --domain DOMAIN.npz" in missing.output
     neither = runner.invoke(main, ["domain", "fit", "--out", str(tmp_path / "x.npz")])
     assert neither.exit_code == 2 and "give --input FILE (repeatable) or --from-cache" in neither.output
+
+
+@pytest.mark.parametrize("feature_set", ["both", "domain"])
+def test_the_dense_domain_product_scores_as_the_entry_by_entry_one(model: DomainModel, feature_set: str) -> None:
+    from stream_winnow.text.domain import DomainBatch
+    from stream_winnow.text.features import FeatureBatch
+
+    learner = build_learner("balanced-winnow")
+    learner.use_domain(DomainFeatures(model, feature_set))  # type: ignore[arg-type]
+    for doc in corpus(90):
+        learner.learn_one(doc.tokens, doc.labels)
+    batch = learner.featurizer.transform_many([d.tokens for d in corpus(40, seed=3)] + [("unseen",)])
+    assert isinstance(batch, DomainBatch)
+    unique, inverse = batch.distinct_ids()
+    np.testing.assert_array_equal(unique[inverse], batch.ids)
+    assert len(np.unique(unique)) == len(unique) and set(unique.tolist()) == set(batch.ids.tolist())
+    plain = FeatureBatch(batch.indptr, batch.ids, batch.strengths)
+    np.testing.assert_allclose(learner.margins_many(batch), learner.margins_many(plain), rtol=1e-9, atol=1e-9)

@@ -455,10 +455,12 @@ def memory_usage(client: RedisClient, keys: Sequence[bytes], sample: int = _MEMO
 def _model_status(client: RedisClient, model: str) -> dict[str, Any]:
     metadata = RedisStore(client, model, [_ANY_TABLE]).metadata()
     out: dict[str, Any] = {"model": model, "learner": metadata.get("learner"), "mode": metadata.get("mode"),
-                           "shards": int(metadata.get("shards", 16)), "updated_at": metadata.get("updated_at")}  # fmt: skip
+                           "shards": int(metadata.get("shards", 16)), "updated_at": metadata.get("updated_at"),
+                           "feature_set": metadata.get("feature_set", "words"),
+                           "domain_version": metadata.get("domain_version")}  # fmt: skip
     try:
         learner = open_learner(client, model, create=False)
-    except ConfigError as error:  # metadata without a learner, or settings this version cannot read
+    except (ConfigError, DataError) as error:  # no learner recorded, unreadable settings, a missing domain model
         return {**out, "error": str(error)}
     store = _store(learner)
     keys = store.model_keys()
@@ -515,6 +517,8 @@ def status(redis_url: str, as_json: bool) -> None:
         estimate = f" (estimated from {_MEMORY_SAMPLE_KEYS} of {m['keys']} keys)" if m["memory_sampled"] else ""
         click.echo(f"  learner     {m['learner']} ({m['mode']}), {m['shards']} shards")
         click.echo(f"  categories  {m['categories']}")
+        if m["domain_version"]:
+            click.echo(f"  sees        {m['feature_set']} (domain model {m['domain_version']})")
         click.echo(f"  features    {m['features']}")
         click.echo(f"  memory      {_bytes(m['memory_bytes'])} in {m['keys']} keys{estimate}")
         click.echo(f"  version     {m['version']}")

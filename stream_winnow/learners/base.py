@@ -166,9 +166,12 @@ class Learner(ABC):
     @staticmethod
     def batch_totals(batch: FeatureBatch) -> np.ndarray:
         """Each document's total strength, as a column (documents × 1); 0 for a document without features."""
-        totals = np.add.reduceat(batch.strengths, batch.indptr[:-1]) if len(batch.ids) else np.zeros(len(batch))
-        totals[np.diff(batch.indptr) == 0] = 0.0
-        return totals[:, None]
+        lengths = np.diff(batch.indptr)
+        if len(batch.ids) and lengths.all():
+            return np.add.reduceat(batch.strengths, batch.indptr[:-1])[:, None]
+        # reduceat cannot take an empty document at the end (a domain-only batch can have one)
+        documents = np.repeat(np.arange(len(batch)), lengths)
+        return np.bincount(documents, weights=batch.strengths, minlength=len(batch)).astype(np.float64)[:, None]
 
     @abstractmethod
     def margins_from(self, values: dict[str, np.ndarray], strengths: Any, total_strength: Any) -> np.ndarray:

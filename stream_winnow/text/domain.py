@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import numpy as np
+from numba import njit
 from scipy import sparse
 
 from stream_winnow.errors import ConfigError, DataError
@@ -111,20 +112,24 @@ class DomainModel:
             for sign in "+-"
         )  # fmt: skip
 
-    def vectors(self, indptr: np.ndarray, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    def vectors(
+        self, indptr: np.ndarray, ids: np.ndarray, counts: np.ndarray, distinct: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> np.ndarray:
         """Domain vectors (documents × dimensions, float64, unit length; zero for a document without a known term)
-        of documents given CSR-style as feature ids and token counts."""
-        n = len(indptr) - 1
-        position = np.searchsorted(self.term_ids, ids)
-        position[position == len(self.term_ids)] = 0
-        known = self.term_ids[position] == ids if len(self.term_ids) else np.zeros(len(ids), dtype=bool)
-        documents = np.repeat(np.arange(n), np.diff(indptr))
-        weights = term_weights(counts[known], self.strength) * self.idf[position[known]]
-        terms = sparse.csr_matrix((weights, (documents[known], position[known])), shape=(n, len(self.term_ids)))
-        out = np.asarray(terms @ self.matrix, dtype=np.float64)
-        norms = np.linalg.norm(out, axis=1)
-        out[norms > 0] /= norms[norms > 0, None]
-        return out
+        of documents given CSR-style as feature ids and token counts.
+
+        ``distinct`` (the ids' distinct values and each entry's index among them, as
+        ``FeatureBatch.distinct_ids``) lets the vocabulary be searched once per distinct id.
+        """
+        unique, inverse = distinct if distinct is not None else np.unique(ids, return_inverse=True)
+        if len(self.term_ids):
+            found = np.minimum(np.searchsorted(self.term_ids, unique), len(self.term_ids) - 1)
+            position = np.where(self.term_ids[found] == unique, found, -1)[inverse]
+        else:
+            position = np.full(len(ids), -1, dtype=np.int64)
+        weights = term_weights(counts, self.strength) * np.where(position >= 0, self.idf[np.maximum(position, 0)], 0.0)
+        return _map_documents(np.asarray(indptr, np.int64), position.astype(np.int64), weights.astype(np.float32),
+                              self.matrix)  # fmt: skip
 
     def vectors_of(self, id_lists: Sequence[Sequence[int]], count_lists: Sequence[Sequence[float]]) -> np.ndarray:
         """``vectors`` of documents given as lists (for tests and examples)."""
@@ -254,28 +259,110 @@ class DomainFeatures:
         return {int(fid): f"domain {j}{sign}" for sign, ids in zip("+-", (self._positive, self._negative), strict=True)
                 for j, fid in enumerate(ids)}  # fmt: skip
 
-    def extend(self, words: FeatureBatch, counts: np.ndarray) -> FeatureBatch:
+    def extend(self, words: FeatureBatch, counts: np.ndarray) -> DomainBatch:
         """``words`` with the domain features of each document after its words (or instead of them)."""
-        n = len(words)
-        vectors = self.model.vectors(words.indptr, words.ids, counts)
-        rows, dims = np.nonzero(vectors)
-        values = vectors[rows, dims]
-        domain_ids = np.where(values > 0, self._positive[dims], self._negative[dims])
-        domain_counts = np.bincount(rows, minlength=n)
-        if self.feature_set == "domain":
-            indptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(domain_counts, out=indptr[1:])
-            return FeatureBatch(indptr, domain_ids, np.abs(values))
-        word_counts = np.diff(words.indptr)
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(word_counts + domain_counts, out=indptr[1:])
-        # Each document's words at [indptr[i], indptr[i] + words), its domains after them.
-        word_at = np.repeat(indptr[:-1] - words.indptr[:-1], word_counts) + np.arange(len(words.ids))
-        domain_start = indptr[:-1] + word_counts
-        domain_at = np.repeat(domain_start - np.concatenate([[0], np.cumsum(domain_counts)[:-1]]), domain_counts)
-        domain_at = domain_at + np.arange(len(domain_ids))
-        ids = np.empty(int(indptr[-1]), dtype=np.int64)
-        strengths = np.empty(int(indptr[-1]), dtype=np.float64)
-        ids[word_at], strengths[word_at] = words.ids, words.strengths
-        ids[domain_at], strengths[domain_at] = domain_ids, np.abs(values)
-        return FeatureBatch(indptr, ids, strengths)
+        keep_words = self.feature_set == "both"
+        distinct = words.distinct_ids()
+        vectors = self.model.vectors(words.indptr, words.ids, counts, distinct)
+        word_unique, word_position = distinct if keep_words else (_NO_IDS, _NO_IDS)
+        domain_ids = np.concatenate([self._positive, self._negative])
+        indptr, ids, strengths, position, used = _with_domains(
+            words.indptr, words.ids, words.strengths, word_position, len(word_unique), vectors, domain_ids, keep_words
+        )
+        distinct = (np.concatenate([word_unique, domain_ids[used]]), position)
+        return DomainBatch(indptr, ids, strengths, distinct, words if keep_words else None, vectors, domain_ids)
+
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _map_documents(
+    indptr: np.ndarray, position: np.ndarray, weights: np.ndarray, matrix: np.ndarray
+) -> np.ndarray:  # pragma: no cover - compiled
+    """Per document, the sum of its known terms' weights times their rows of ``matrix``, scaled to unit length.
+
+    One pass in float32 over rows read whole (a 400-wide row is 50 SIMD steps): 2,000 Reuters
+    documents take about 5 ms where scipy's sparse product took 21.
+    """
+    n, k = indptr.shape[0] - 1, matrix.shape[1]
+    out = np.zeros((n, k), dtype=np.float64)
+    row = np.zeros(k, dtype=np.float32)
+    for i in range(n):
+        row[:] = 0.0
+        for e in range(indptr[i], indptr[i + 1]):
+            p = position[e]
+            if p >= 0:
+                w = weights[e]
+                for j in range(k):
+                    row[j] += w * matrix[p, j]
+        norm = 0.0
+        for j in range(k):
+            norm += float(row[j]) * float(row[j])
+        if norm > 0.0:
+            scale = 1.0 / np.sqrt(norm)
+            for j in range(k):
+                out[i, j] = row[j] * scale
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class DomainBatch(FeatureBatch):
+    """A ``FeatureBatch`` with its domain features, and what scores them as one dense product.
+
+    Its entries are every feature (words then domains), as any learner and store reads them;
+    ``words`` (None for ``domain`` alone) and ``domain_vectors`` (documents × dimensions, signed) let
+    a linear rule score the domains with one BLAS product instead of 400 entries a document
+    (``MistakeDriven.margins_many``). ``domain_ids`` are the positive features' ids, then the negative ones'.
+    """
+
+    words: FeatureBatch | None = None
+    domain_vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    domain_ids: np.ndarray = field(default_factory=lambda: _NO_IDS)
+
+
+@njit(cache=True, nogil=True)
+def _with_domains(  # noqa: PLR0913 - a compiled kernel takes flat arrays
+    word_indptr: np.ndarray,
+    word_ids: np.ndarray,
+    word_strengths: np.ndarray,
+    word_position: np.ndarray,
+    n_word_distinct: int,
+    vectors: np.ndarray,
+    domain_ids: np.ndarray,
+    keep_words: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Each document's words (when ``keep_words``) then one feature per non-zero domain: the positive
+    feature's id with strength ``x`` for ``x > 0``, the negative one's with ``-x`` otherwise; each entry's
+    position among the batch's distinct ids (the words', then the domain features used, in domain order)."""
+    n, k = vectors.shape
+    used = np.zeros(2 * k, dtype=np.bool_)
+    total = word_ids.shape[0] if keep_words else 0
+    for i in range(n):
+        for j in range(k):
+            v = vectors[i, j]
+            if v > 0.0:
+                used[j] = True
+                total += 1
+            elif v < 0.0:
+                used[k + j] = True
+                total += 1
+    slot = np.cumsum(used) - 1 + n_word_distinct
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    ids = np.empty(total, dtype=np.int64)
+    strengths = np.empty(total, dtype=np.float64)
+    position = np.empty(total, dtype=np.int64)
+    e = 0
+    for i in range(n):
+        if keep_words:
+            for w in range(word_indptr[i], word_indptr[i + 1]):
+                ids[e], strengths[e], position[e] = word_ids[w], word_strengths[w], word_position[w]
+                e += 1
+        for j in range(k):
+            v = vectors[i, j]
+            if v != 0.0:
+                d = j if v > 0.0 else k + j
+                ids[e], strengths[e], position[e] = domain_ids[d], abs(v), slot[d]
+                e += 1
+        indptr[i + 1] = e
+    return indptr, ids, strengths, position, used
