@@ -68,6 +68,8 @@ def main() -> None:
                              "[default: %(default)s].")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5, help="Rounds over the batches with --profiler off "
                         "[default: %(default)s].")  # fmt: skip
+    parser.add_argument("--domain-dimensions", type=int, default=0,
+                        help="Score words and a domain model of this many domains fitted on the training split.")
     parser.add_argument("--batch", type=int, default=BATCH, help=f"Records per batch [default: {BATCH}].")
     parser.add_argument("--batches", type=int, default=BATCHES,
                         help=f"Batches timed or profiled, after one of warm-up [default: {BATCHES}].")
@@ -76,6 +78,8 @@ def main() -> None:
                              "categories (mostly right), or the service benchmark's learning events (each one "
                              "a mistake of the model as it stands; ~5 s more set-up) [default: %(default)s].")  # fmt: skip
     args = parser.parse_args()
+    if args.domain_dimensions < 0:
+        parser.error(f"--domain-dimensions must be 0 (words only) or more; got {args.domain_dimensions}")
     if args.batch < 1:
         parser.error(f"--batch must be at least 1; got {args.batch}")
     if args.rounds < 1:
@@ -84,6 +88,11 @@ def main() -> None:
     with start_broker() as broker, start_redis() as server:
         create_topics(broker.bootstrap_servers, {"decisions": 4, "dead-letters": 1})
         learner = build_learner("balanced-winnow")
+        if args.domain_dimensions:
+            from stream_winnow.text.domain import DomainFeatures, fit_domain_model
+
+            domain = fit_domain_model([d.tokens for d in split.train], args.domain_dimensions)
+            learner.use_domain(DomainFeatures(domain, "both"))
         fit(learner, split.train)
         learner.store.set_metadata({**describe(learner), "shards": "16"})
         client = connect(server.url)

@@ -212,4 +212,5 @@ def test_the_dense_domain_product_scores_as_the_entry_by_entry_one(model: Domain
     np.testing.assert_array_equal(unique[inverse], batch.ids)
     assert len(np.unique(unique)) == len(unique) and set(unique.tolist()) == set(batch.ids.tolist())
     plain = FeatureBatch(batch.indptr, batch.ids, batch.strengths)
-    np.testing.assert_allclose(learner.margins_many(batch), learner.margins_many(plain), rtol=1e-9, atol=1e-9)
+    # the domains summed in float32: a relative 1e-6 of a margin
+    np.testing.assert_allclose(learner.margins_many(batch), learner.margins_many(plain), rtol=1e-5, atol=1e-6)

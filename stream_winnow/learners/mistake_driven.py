@@ -152,18 +152,17 @@ class MistakeDriven(Learner):
         return np.asarray(self.unit(self.batch_totals(batch)) * products) - self.theta
 
     def _domain_products(self, batch: DomainBatch) -> np.ndarray:
-        """``strengths @ rows`` of a batch with domain features: the words entry by entry, the domains as
-        ``max(x, 0) @ W+ + max(-x, 0) @ W-`` over every domain at once (BLAS), in one read of the rows.
+        """``strengths @ rows`` of a batch with domain features: the words entry by entry, the domains as one
+        float32 BLAS product ``split @ rows`` over every domain at once, in one read of the rows.
 
-        The same sums as the entry-by-entry product but for the order of additions: 2,000 Reuters
-        documents with 400 domains, margins 100 → 25 ms.
+        The same sums as the entry-by-entry product but for the order of additions and the domains'
+        float32 (a relative 1e-6 of a margin): 2,000 Reuters documents with 400 domains, margins 100 → 21 ms.
         """
         words = batch.words
         unique, inverse = words.distinct_ids() if words is not None else (batch.domain_ids[:0], batch.domain_ids[:0])
         matrix, rows = self.store.read_view_rows(np.concatenate([unique, batch.domain_ids]), self.scoring_rows)
-        k = batch.domain_vectors.shape[1]
-        domain = matrix[rows[len(unique) :]].astype(np.float64)
-        products = np.maximum(batch.domain_vectors, 0.0) @ domain[:k] + np.maximum(-batch.domain_vectors, 0.0) @ domain[k:]
+        domain = np.ascontiguousarray(matrix[rows[len(unique) :]], dtype=np.float32)
+        products = (batch.split @ domain).astype(np.float64)
         if words is not None:
             products += rows_product(words.indptr, rows[: len(unique)][inverse], words.strengths, matrix)
         return products
