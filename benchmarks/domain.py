@@ -36,6 +36,7 @@ FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.25, 1.0)
 # Samples this small vary with the draw; from a quarter of the labels on one draw is enough.
 FEW_LABELS_BELOW = 0.25
 BEST_FLAGS = "--no-normalize --bigrams --theta-minus 0.2 --theta-plus 3"
+BEST_LABEL = "Balanced Winnow, wide threshold, word pairs"
 
 
 def make_learner(name: str, feature_set: str, domain: DomainModel) -> Learner:
@@ -99,7 +100,7 @@ def plot(results: dict[str, list[dict[str, Any]]], path: str, learner: str) -> N
         ax.grid(alpha=0.3)
         ax.legend()
     np.atleast_1d(axes)[0].set_ylabel("test micro-F1 (0 to 1)")
-    figure.suptitle(f"Learning curves of {learner}: words, domains (LSA, unlabelled) or both")
+    figure.suptitle(f"{learner}: words, domains (LSA on the unlabelled documents) or both")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
@@ -138,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> None:
            "seconds_median": round(statistics.median(fit_seconds), 2), "seconds_min": round(min(fit_seconds), 2),
            "seconds_max": round(max(fit_seconds), 2)}  # fmt: skip
     if args.plot:
-        plot(results, args.plot, "balanced-winnow " + BEST_FLAGS if args.learner == "best" else args.learner)
+        plot(results, args.plot, BEST_LABEL if args.learner == "best" else args.learner)
     if args.json:
         print(json.dumps({"fit": fit, "learner": args.learner, "curves": results}))
         return

@@ -8,6 +8,9 @@ ModApte token stream (training then test documents, repeated with unique ids up 
 
     pipe      consume -> msgpack decode -> msgpack encode -> produce; commits as the worker does
     scoring   the worker on unlabelled documents only (pre-loaded topic)
+    domain-scoring
+              the same with words and 400 domains (a domain model fitted on the training documents'
+              tokens, ``--features both``), alternating with scoring run by run
     learning  the worker on labelled events with tokens, each one a mistake of the model as it
               stands when the event arrives (``mistaken_labels``)
     mixed     documents, plus labelled events (no tokens) for 10 % of them, sent once decided
