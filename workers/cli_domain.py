@@ -46,7 +46,7 @@ def domain() -> None:
               help="Keep the words of at least this many documents.")
 @click.option("--strength", type=click.Choice(STRENGTHS), default="sqrt", show_default=True,
               help="A word's weight in a document from its count (times its idf).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the randomized SVD.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the SVD's random start vector (ARPACK).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def fit(input_paths: tuple[Path, ...], from_cache: bool, redis_url: str, model: str, document_cache_ttl_s: int,
         max_documents: int, out: Path, dimensions: int, min_df: int, strength: str, seed: int,

@@ -9,9 +9,10 @@ domain vector is ``t' = t I^IDF D``, scaled to unit length (the paper's eq. 1
 and 2). Similar documents share domains even when they share no word, which is
 why a learner needs about a tenth of the labels to match bag of words.
 
-The SVD is a randomized one (Halko, Martinsson & Tropp, 2011) on numpy and
-scipy.sparse: 400 domains of the 9,603 ModApte training documents (23,000
-terms with a document frequency of at least 2) take about 5 s here.
+The SVD is scipy's ``svds`` (ARPACK): 400 domains of the 9,603 ModApte training
+documents (16,891 words with a document frequency of at least 2) take about 15 s
+here. A randomized SVD (numpy, 4 power iterations) took as long and its smallest
+singular values were up to 6.7 % low; its domains scored 0.0003 to 0.0023 lower.
 
 Learners see a domain vector as ordinary features with positive strengths: the
 sign of each domain is its own feature (``domain j +`` with strength ``x_j``
@@ -42,21 +43,18 @@ from typing import Literal, get_args
 import numpy as np
 from numba import njit
 from scipy import sparse
+from scipy.sparse.linalg import svds
 
 from stream_winnow.errors import ConfigError, DataError
-from stream_winnow.text.features import STRENGTHS, FeatureBatch, Strength, feature_id
+from stream_winnow.text.features import STRENGTHS, FeatureBatch, FeatureConfig, Featurizer, Strength, feature_id
 
 FeatureSet = Literal["words", "domain", "both"]
 FEATURE_SETS: tuple[str, ...] = get_args(FeatureSet)
 
 DEFAULT_DIMENSIONS = 400
 # Terms seen in one document only carry no co-occurrence for the SVD to use; dropping them
-# halves the vocabulary of a news corpus (ModApte training: 46,000 → 23,000 terms).
+# takes out 42 % of a news corpus's vocabulary (ModApte training: 29,082 → 16,891 words).
 DEFAULT_MIN_DOCUMENT_FREQUENCY = 2
-# Randomized SVD: extra columns of the sketch and power iterations. With 10 and 4 the 400 leading
-# singular values of ModApte's matrix are within 0.5 % of ARPACK's (scipy svds), at a tenth of its time.
-_OVERSAMPLE = 10
-_POWER_ITERATIONS = 4
 # Domain features' names join parts with a character no tokenizer emits.
 _JOIN = "\x1e"
 _FORMAT = 1
@@ -190,11 +188,10 @@ def fit_domain_model(
 ) -> DomainModel:
     """Fit a domain model of ``dimensions`` domains on unlabelled documents (lists of tokens).
 
+    ``seed`` fixes ARPACK's random start vector, so the same documents give the same model (and version).
     Raises ``ConfigError`` if ``dimensions`` is not below both the number of
     documents and of terms kept (a domain per document would just be the corpus).
     """
-    from stream_winnow.text.features import FeatureConfig, Featurizer  # one memo for the fit
-
     if dimensions < 1:
         raise ConfigError(f"dimensions must be at least 1; got {dimensions}")
     if min_document_frequency < 1:
@@ -219,27 +216,14 @@ def fit_domain_model(
     lengths = np.sqrt(np.asarray(matrix.multiply(matrix).sum(axis=0))).ravel()
     lengths[lengths == 0] = 1.0
     matrix = matrix @ sparse.diags(1.0 / lengths)
-    left, singular = _randomized_svd(matrix.tocsr(), dimensions, seed)
+    left, singular, _ = svds(matrix.tocsr(), k=dimensions, random_state=seed)
+    order = np.argsort(singular)[::-1]  # svds gives them smallest first
+    left, singular = left[:, order], singular[order]
     domain = left * np.sqrt(singular)
     norms = np.linalg.norm(domain, axis=1)
     norms[norms == 0] = 1.0
     domain /= norms[:, None]
     return DomainModel(vocabulary[kept], idf, domain.astype(np.float32), strength, n)
-
-
-def _randomized_svd(matrix: sparse.csr_matrix, rank: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``rank`` leading left singular vectors and values of ``matrix`` (rows × columns)."""
-    rng = np.random.default_rng(seed)
-    width = min(rank + _OVERSAMPLE, min(matrix.shape))
-    sketch = np.asarray(matrix @ rng.standard_normal((matrix.shape[1], width)))
-    basis, _ = np.linalg.qr(sketch)
-    transposed = matrix.T.tocsr()
-    for _ in range(_POWER_ITERATIONS):
-        basis, _ = np.linalg.qr(np.asarray(transposed @ basis))
-        basis, _ = np.linalg.qr(np.asarray(matrix @ basis))
-    small = np.asarray((transposed @ basis).T)  # width × columns
-    left_small, singular, _ = np.linalg.svd(small, full_matrices=False)
-    return (basis @ left_small)[:, :rank], singular[:rank]
 
 
 class DomainFeatures:

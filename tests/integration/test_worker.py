@@ -493,7 +493,7 @@ def topic_documents(n: int, seed: int = 0) -> list[LabelledDocument]:
     return docs
 
 
-def test_a_model_trained_with_a_domain_model_is_served_and_learned_with_it(service: Service, tmp_path: Path) -> None:
+def test_two_workers_serve_and_learn_a_model_trained_with_a_domain_model(service: Service, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from stream_winnow.datasets import write_labelled_jsonl
@@ -516,10 +516,12 @@ def test_a_model_trained_with_a_domain_model_is_served_and_learned_with_it(servi
     assert served.domain is not None and served.domain.model.version == DomainModel.load(tmp_path / "domain.npz").version
     scored = docs[100:250]
     expected = {d.id: served.predict_one(d.tokens).categories for d in scored}
-    service.start_worker()
+    service.start_worker(STREAM_WINNOW_WORKER_ID="w1")
+    service.start_worker(STREAM_WINNOW_WORKER_ID="w2")
     service.produce("documents", [document(d, with_labels=False) for d in scored])
     decisions = {d.id: d for d in service.collect("decisions", lambda m: len({d.id for d in m}) >= len(scored))}
     assert set(decisions) == set(expected), service.logs()[-3000:]
+    assert {d.worker for d in decisions.values()} == {"w1", "w2"}, "both workers score with the domain model"
     agree = np.mean([decisions[i].categories == expected[i] for i in expected])
     assert agree >= 0.98, agree  # float32 weights in Redis against the same weights read in this process
     assert np.mean([decisions[d.id].categories == d.labels for d in scored]) >= 0.9
