@@ -11,8 +11,8 @@ why a learner needs about a tenth of the labels to match bag of words.
 
 The SVD is scipy's ``svds`` (ARPACK): 400 domains of the 9,603 ModApte training
 documents (16,891 words with a document frequency of at least 2) take about 15 s
-here. A randomized SVD (numpy, 4 power iterations) took as long and its smallest
-singular values were up to 6.7 % low; its domains scored 0.0003 to 0.0023 lower.
+here. A randomized SVD (numpy, 4 power iterations) took about as long, its smallest
+singular values up to 6.7 % low, and ModApte's micro-F1 moved by less than 0.003.
 
 Learners see a domain vector as ordinary features with positive strengths: the
 sign of each domain is its own feature (``domain j +`` with strength ``x_j``
