@@ -39,3 +39,33 @@ def test_a_batch_linger_out_of_range_says_what_is_allowed(bad: str) -> None:
 def test_a_config_built_in_python_checks_the_batch_linger_too(bad: int) -> None:
     with pytest.raises(ConfigError, match="batch_linger_ms must be 0 to 1000"):
         WorkerConfig(KafkaSettings("127.0.0.1:9092"), redis_url="redis://x", batch_linger_ms=bad)
+
+
+def _flags(**overrides: object) -> dict[str, object]:
+    context = worker.make_context("worker", [], default_map={"redis_url": "redis://127.0.0.1:6379/0"})
+    return {**context.params, **overrides}
+
+
+def test_secrets_are_read_from_files_first_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from workers.cli_service import worker_config
+
+    (tmp_path / "url").write_text("redis://:p4ss@redis:6379/0\nignored\n")
+    (tmp_path / "sasl").write_text("s3cret\r\n")
+    config = worker_config(_flags(redis_url_file=str(tmp_path / "url"), sasl_password_file=str(tmp_path / "sasl")))
+    assert config.redis_url == "redis://:p4ss@redis:6379/0"
+    assert config.kafka.sasl_password == "s3cret"
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    ({"sasl_password": "x", "sasl_password_file": "sasl"}, "give --sasl-password or --sasl-password-file, not both"),
+    ({"redis_url_file": "missing"}, "cannot read --redis-url-file"),
+    ({"redis_url_file": "empty"}, "--redis-url-file .*empty is empty"),
+])  # fmt: skip
+def test_a_bad_secret_file_says_which_flag(tmp_path, setup: dict[str, str], message: str) -> None:  # type: ignore[no-untyped-def]
+    from workers.cli_service import worker_config
+
+    (tmp_path / "sasl").write_text("s3cret\n")
+    (tmp_path / "empty").write_text("")
+    overrides = {k: (str(tmp_path / v) if k.endswith("_file") else v) for k, v in setup.items()}
+    with pytest.raises(ConfigError, match=message):
+        worker_config(_flags(**overrides))

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from stream_winnow.errors import ServiceUnavailable, TransportError
+from stream_winnow.errors import ConfigError, ServiceUnavailable, TransportError
 from stream_winnow.learners import LEARNERS
 from stream_winnow.learners.base import Learner
 from stream_winnow.models.named import connect, open_learner
@@ -122,7 +122,11 @@ def setup_logging(fmt: str, level: str) -> None:
         default="PLAINTEXT", show_default=True)
 @option("--sasl-mechanism", type=click.Choice(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]), default=None)
 @option("--sasl-username", default=None)
-@option("--sasl-password", default=None, help="Prefer the environment variable; never logged.")
+@option("--sasl-password", default=None, help="Prefer the environment variable or --sasl-password-file; never logged.")
+@option("--sasl-password-file", type=click.Path(dir_okay=False), default=None,
+        help="Read the SASL password from this file (a mounted Secret), instead of --sasl-password.")
+@option("--redis-url-file", type=click.Path(dir_okay=False), default=None,
+        help="Read the Redis URL (with its password) from this file (a mounted Secret), instead of --redis-url.")
 @option("--ssl-cafile", default=None, type=click.Path(dir_okay=False))
 @option("--group-id", default="stream-winnow", show_default=True, help="Consumer group of the workers.")
 @option("--session-timeout-ms", type=click.IntRange(min=1000), default=10_000, show_default=True,
@@ -187,7 +191,28 @@ def worker(**flags: Any) -> None:
 WORKER_ENV = sorted(env(p.opts[0]) for p in worker.params if isinstance(p, click.Option) and p.opts[0] != "--help")
 
 
+def _secret_from_file(flags: dict[str, Any], name: str) -> None:
+    """Replace ``flags[name]`` by the first line of the file ``flags[name + "_file"]`` when one is given."""
+    path = flags.pop(name + "_file", None)
+    if path is None:
+        return
+    flag = "--" + name.replace("_", "-")
+    if name == "sasl_password" and flags.get(name) is not None:
+        raise ConfigError(f"give {flag} or {flag}-file, not both")
+    try:
+        with open(path, encoding="utf-8") as source:
+            value = source.readline().rstrip("\r\n")
+    except OSError as error:
+        raise ConfigError(f"cannot read {flag}-file {path}: {error.strerror or error}") from None
+    if not value:
+        raise ConfigError(f"{flag}-file {path} is empty")
+    flags[name] = value
+
+
 def worker_config(flags: dict[str, Any]) -> WorkerConfig:
+    flags = dict(flags)
+    for name in ("redis_url", "sasl_password"):
+        _secret_from_file(flags, name)
     kafka = KafkaSettings(
         bootstrap_servers=flags["bootstrap_servers"],
         security_protocol=flags["security_protocol"],

@@ -326,22 +326,36 @@ def test_sigterm_finishes_commits_and_exits_zero(service: Service, reuters_docs:
     assert "stopped" in service.logs()
 
 
-def test_secrets_never_reach_the_logs(service: Service, tmp_path: Path) -> None:
-    from workers.embedded import start_redis
+def test_secrets_from_files_never_reach_logs_ps_metrics_or_status(service: Service, tmp_path: Path) -> None:
+    from click.testing import CliRunner
 
-    with start_redis(password="hunter2-s3cret") as secured:
-        service.redis_url = secured.url
+    from workers.cli import main
+    from workers.embedded import free_port, start_redis
+
+    redis_secret, kafka_secret = "hunter2-s3cret", "kafka-pa55word"
+    with start_redis(password=redis_secret) as secured:
+        (tmp_path / "redis-url").write_text(secured.url + "\n")
+        (tmp_path / "sasl-password").write_text(kafka_secret + "\n")
+        port = free_port()
+        # The variable points nowhere: the worker must take its URL from the file.
         worker = service.start_worker(
-            STREAM_WINNOW_LOG_LEVEL="DEBUG", STREAM_WINNOW_SASL_PASSWORD="kafka-pa55word"
-        )
+            STREAM_WINNOW_LOG_LEVEL="DEBUG", STREAM_WINNOW_REDIS_URL="redis://127.0.0.1:9/0",
+            STREAM_WINNOW_REDIS_URL_FILE=str(tmp_path / "redis-url"),
+            STREAM_WINNOW_SASL_PASSWORD_FILE=str(tmp_path / "sasl-password"), STREAM_WINNOW_HTTP_PORT=str(port),
+        )  # fmt: skip
         service.produce("documents", [(msgpack.packb({"id": "a", "tokens": ["x"]}), None)])
-        service.collect("decisions", lambda m: len(m) >= 1)
+        assert service.collect("decisions", lambda m: len(m) >= 1), service.logs()[-3000:]
+        status, metrics = http_get(port, "/metrics")
+        command_line = Path(f"/proc/{worker.pid}/cmdline").read_bytes().decode(errors="replace")
+        shown = CliRunner().invoke(main, ["status", "--redis-url", secured.url])
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
     logs = service.logs()
-    assert "starting" in logs
-    assert "hunter2-s3cret" not in logs
-    assert "kafka-pa55word" not in logs
+    assert "starting" in logs and status == 200 and "stream_winnow_documents_scored_total 1.0" in metrics
+    assert shown.exit_code == 0 and "redis://:***@" in shown.output, shown.output
+    for secret in (redis_secret, kafka_secret):
+        for where, text in (("logs", logs), ("ps", command_line), ("metrics", metrics), ("status", shown.output)):
+            assert secret not in text, f"{secret!r} in {where}"
 
 
 def test_health_readiness_metrics_and_json_logs(service: Service) -> None:
@@ -544,3 +558,122 @@ def test_two_workers_serve_and_learn_a_model_trained_with_a_domain_model(service
                                    "--json"])  # fmt: skip
     assert sampled.exit_code == 0, sampled.output
     assert json.loads(sampled.output)["documents"] == len(scored) + len(labelled)
+
+
+def test_a_worker_works_with_a_redis_user_limited_to_its_model(service: Service, tmp_path: Path) -> None:
+    import redis as redis_py
+    from click.testing import CliRunner
+
+    from stream_winnow.datasets import write_labelled_jsonl
+    from stream_winnow.stores.redis.acl import worker_acl_rules
+    from workers.cli import main
+
+    docs = topic_documents(300, seed=2)
+    write_labelled_jsonl(tmp_path / "train.jsonl", docs[:60])
+    trained = CliRunner().invoke(main, ["train", "--input", str(tmp_path / "train.jsonl"), "--redis-url",
+                                        service.redis_url, "--model", service.model, "--passes", "2"])  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    admin = connect(service.redis_url)
+    user, password = f"sw-{service.model}", uuid.uuid4().hex
+    server = tuple(int(part) for part in str(admin.info("server")["redis_version"]).split(".")[:2])
+    rules = worker_acl_rules(service.model, server=server)  # type: ignore[arg-type]
+    admin.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules)
+    limited_url = service.redis_url.replace("redis://", f"redis://{user}:{password}@", 1)
+    service.start_worker(STREAM_WINNOW_REDIS_URL=limited_url, STREAM_WINNOW_WORKER_ID="w1")
+    service.start_worker(STREAM_WINNOW_REDIS_URL=limited_url, STREAM_WINNOW_WORKER_ID="w2")  # peers, heartbeats
+    version = open_learner(admin, service.model, create=False).store.version
+    scored, labelled = docs[60:160], docs[160:300]
+    service.produce("documents", [document(d, with_labels=False) for d in scored])
+    service.produce("documents", [document(d, with_labels=True) for d in labelled])
+    decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= len(scored) + len(labelled))
+    assert {d.id for d in decisions} == {d.id for d in scored + labelled}, service.logs()[-3000:]
+    deadline = time.monotonic() + 30
+    while open_learner(admin, service.model, create=False).store.version == version and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert open_learner(admin, service.model, create=False).store.version > version, service.logs()[-3000:]
+    refused = [entry for entry in admin.acl_log(count=100) if entry.get("username") == user]
+    assert not refused, refused  # every command the workers sent was within their rules
+    assert password not in service.logs()
+    limited = redis_py.Redis.from_url(limited_url)
+    for forbidden in (lambda: limited.get("other-application:key"), lambda: limited.get("sw:{another-model}:version"),
+                      limited.flushall, lambda: limited.config_get("*"), lambda: limited.keys("*")):  # fmt: skip
+        with pytest.raises(redis_py.exceptions.NoPermissionError):
+            forbidden()
+    admin.execute_command("ACL", "DELUSER", user)
+
+
+def _tls_files(folder: Path) -> dict[str, Path]:
+    """A throw-away CA and a server certificate for 127.0.0.1 signed by it (openssl)."""
+    files = {name: folder / name for name in ("ca.key", "ca.crt", "server.key", "server.csr", "server.crt", "san.cnf")}
+    files["san.cnf"].write_text("subjectAltName=IP:127.0.0.1\n")
+    steps = [
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", files["ca.key"], "-out", files["ca.crt"],
+         "-days", "2", "-subj", "/CN=stream-winnow test CA"],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", files["server.key"], "-out", files["server.csr"],
+         "-subj", "/CN=127.0.0.1"],
+        ["x509", "-req", "-in", files["server.csr"], "-CA", files["ca.crt"], "-CAkey", files["ca.key"],
+         "-CAcreateserial", "-out", files["server.crt"], "-days", "2", "-extfile", files["san.cnf"]],
+    ]  # fmt: skip
+    for step in steps:
+        subprocess.run(["openssl", *map(str, step)], check=True, capture_output=True)
+    return files
+
+
+def test_a_worker_reaches_redis_over_tls(service: Service, tmp_path: Path) -> None:
+    import shutil
+
+    import redis as redis_py
+    from click.testing import CliRunner
+
+    from stream_winnow.datasets import write_labelled_jsonl
+    from workers.cli import main
+    from workers.embedded import _redis_binary, free_port
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make the test's certificates")
+    files = _tls_files(tmp_path)
+    port = free_port()
+    (tmp_path / "redis.conf").write_text("\n".join([
+        "port 0", f"tls-port {port}", "bind 127.0.0.1", f"tls-cert-file {files['server.crt']}",
+        f"tls-key-file {files['server.key']}", f"tls-ca-cert-file {files['ca.crt']}", "tls-auth-clients no",
+        'save ""', "appendonly no", f"dir {tmp_path}",
+    ]) + "\n")  # fmt: skip
+    server = subprocess.Popen([_redis_binary(), str(tmp_path / "redis.conf")], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)  # fmt: skip
+    url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={files['ca.crt']}"
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            if server.poll() is not None:
+                output = server.stdout.read().decode(errors="replace") if server.stdout else ""
+                if "tls" in output.lower():
+                    pytest.skip(f"this redis-server was built without TLS: {output.strip()[-200:]}")
+                raise AssertionError(output)
+            try:
+                if redis_py.Redis.from_url(url, socket_timeout=1).ping():
+                    break
+            except redis_py.exceptions.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        docs = topic_documents(200, seed=3)
+        write_labelled_jsonl(tmp_path / "train.jsonl", docs[:60])
+        trained = CliRunner().invoke(main, ["train", "--input", str(tmp_path / "train.jsonl"), "--redis-url", url,
+                                            "--model", service.model, "--passes", "2"])  # fmt: skip
+        assert trained.exit_code == 0, trained.output
+        client = connect(url)
+        version = open_learner(client, service.model, create=False).store.version
+        service.start_worker(STREAM_WINNOW_REDIS_URL=url)
+        rest = docs[60:]
+        service.produce("documents", [document(d, with_labels=True) for d in rest])
+        decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= len(rest))
+        assert {d.id for d in decisions} == {d.id for d in rest}, service.logs()[-3000:]
+        deadline = time.monotonic() + 30
+        while open_learner(client, service.model, create=False).store.version == version:
+            assert time.monotonic() < deadline, service.logs()[-3000:]
+            time.sleep(0.2)
+        with pytest.raises(redis_py.exceptions.ConnectionError):  # the server speaks TLS only
+            redis_py.Redis(host="127.0.0.1", port=port, socket_timeout=2).ping()
+    finally:
+        server.kill()
+        server.wait(timeout=10)
