@@ -59,6 +59,8 @@ def test_every_figure_is_reported() -> None:
         figures["pipe"]["per_s"],
         figures["scoring"]["per_s"],
         figures["scoring_over_pipe"],
+        figures["domain_scoring"]["per_s"],
+        figures["domain_over_words"],
         figures["learning"]["per_s"],
         figures["mixed"]["per_s"],
         figures["latency"]["p50_ms"],
@@ -72,7 +74,8 @@ def test_every_figure_is_reported() -> None:
     # Every learning event is a mistake of the worker's model as it stands when the event arrives.
     assert figures["learning"]["updates_metric_fraction"] == 1.0, figures["learning"]
     assert all(math.isfinite(x) and x > 0 for x in finite), finite
-    for phase in ("pipe", "scoring", "latency", "pipe_latency"):  # the median of both runs, and both runs
+    assert 0 < results["domain_dimensions"] <= 400
+    for phase in ("pipe", "scoring", "domain_scoring", "latency", "pipe_latency"):  # the median of both runs
         assert len(figures[f"{phase}_runs"]) == len(figures[phase]["of_runs"]) == 2
     assert all(run["harness_gc_max_ms"] >= 0 for run in figures["latency_runs"] + figures["pipe_latency_runs"])
     # Linux: the worker's and the pipe's CPU over the counted documents, read from /proc (in clock ticks of

@@ -174,7 +174,7 @@ def markdown(results: dict[str, Any]) -> str:
         ("bare pipe msg/s, self-timed (first consume → last ack)", lambda c: _f(c["pipe"]["self_timed_per_s"])),
         ("scoring docs/s (first → last decision)", lambda c: _f(c["scoring"]["per_s"]) + _spread(c["scoring"])),
         ("**scoring / bare pipe**", lambda c: _f(c["scoring_over_pipe"], 2)),
-        ("scoring with domain features (words + 400 domains) docs/s",
+        (f"scoring with domain features (words + {results.get('domain_dimensions', 400)} domains) docs/s",
          lambda c: _f(c["domain_scoring"]["per_s"]) + _spread(c["domain_scoring"])),
         ("**domain / words scoring**", lambda c: _f(c["domain_over_words"], 2)),
         ("group join before first decision, s (excluded)", lambda c: _f(c["scoring"]["join_s"], 1)),

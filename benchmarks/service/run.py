@@ -54,8 +54,9 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
     model = train_model(train)
     say(f"trained in {model.train_seconds:.1f} s: {len(model.categories)} categories")
     domain_model = train_domain_model(train) if "domain-scoring" in config.phases else None
+    domains = domain_model.learner.domain.model.dimensions if domain_model is not None else 0
     if domain_model is not None:
-        say(f"with domain features (400, fitted on the training documents): {domain_model.train_seconds:.1f} s")
+        say(f"with {domains} domains (fitted on the training documents): {domain_model.train_seconds:.1f} s")
     largest = max(config.documents_for(c) for c in config.clients)
     stream = repeat_stream(base, largest)
     encoded = [(d.id.encode(), encode_document(DocumentMessage(d.id, d.tokens, None, None))) for d in stream]
@@ -87,6 +88,7 @@ def run_benchmark(config: BenchConfig, say: Callable[[str], None] = lambda _: No
         "partitions": config.partitions,
         "latency_broker": config.latency_broker,
         "worker_args": list(config.worker_args),
+        "domain_dimensions": domains,
         "clients": {},
     }
     log_dir = Path(tempfile.mkdtemp(prefix="stream-winnow-bench-"))
