@@ -69,3 +69,23 @@ def test_a_bad_secret_file_says_which_flag(tmp_path, setup: dict[str, str], mess
     overrides = {k: (str(tmp_path / v) if k.endswith("_file") else v) for k, v in setup.items()}
     with pytest.raises(ConfigError, match=message):
         worker_config(_flags(**overrides))
+
+
+def test_kafka_security_flags_reach_both_clients() -> None:
+    from workers.cli_service import worker_config
+    from workers.transport import confluent, kafka_python
+
+    flags = _flags(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_username="sw",
+                   sasl_password="pw", ssl_cafile="/etc/ca.pem")  # fmt: skip
+    settings = worker_config(flags).kafka
+    python_side = kafka_python.client_configs(settings)
+    assert {k: python_side[k] for k in ("security_protocol", "sasl_mechanism", "sasl_plain_username",
+                                        "sasl_plain_password", "ssl_cafile")} == {
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "sw",
+        "sasl_plain_password": "pw", "ssl_cafile": "/etc/ca.pem"}  # fmt: skip
+    librdkafka = confluent.client_configs(settings)
+    assert {k: librdkafka[k] for k in ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
+                                       "ssl.ca.location")} == {
+        "security.protocol": "sasl_ssl", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "sw",
+        "sasl.password": "pw", "ssl.ca.location": "/etc/ca.pem"}  # fmt: skip
+    assert "pw" not in repr(settings)

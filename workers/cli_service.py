@@ -168,6 +168,9 @@ def setup_logging(fmt: str, level: str) -> None:
 @option("--max-tokens-per-document", type=click.IntRange(min=1), default=10_000, show_default=True)
 @option("--max-message-bytes", type=click.IntRange(min=64), default=1_048_576, show_default=True)
 @option("--document-cache-ttl-s", type=click.IntRange(min=1), default=86_400, show_default=True)
+@option("--max-categories", type=click.IntRange(min=1), default=1_000, show_default=True,
+        help="Categories a model may have; a labelled event naming new ones past it is dead-lettered "
+             "(too-many-categories). Each adds 4 bytes a feature a table in Redis.")
 @option("--max-staleness-ms", type=click.IntRange(min=0), default=0, show_default=True,
         help="Once the model changed, still score with cached weights at most this old (0: exact, re-read).")
 @option("--weight-cache-mib", type=click.IntRange(min=1), default=256, show_default=True,
@@ -247,6 +250,7 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
         learner=flags["learner"],
         shards=flags["shards"],
         document_cache_ttl_s=flags["document_cache_ttl_s"],
+        max_categories=flags["max_categories"],
         max_staleness_ms=flags["max_staleness_ms"],
         weight_cache_mib=flags["weight_cache_mib"],
         http_port=flags["http_port"],

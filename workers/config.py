@@ -129,6 +129,9 @@ class WorkerConfig:
     # Learner used when the model does not exist yet (an existing model keeps its own).
     learner: str = "balanced-winnow"
     shards: int = 16
+    # Categories a model may have: each adds 4 bytes to every feature's row of each table (Reuters'
+    # 26,000 features, 2 tables: 0.2 MB), so a flood of new names could fill Redis unnoticed.
+    max_categories: int = 1_000
     # Labelled events without tokens look the document up here; a day covers a newsroom's edit cycle.
     document_cache_ttl_s: int = 86_400
     # Rows cached in the worker are exact while the model's rows are unchanged; this much older
@@ -147,7 +150,7 @@ class WorkerConfig:
     retry_max_ms: int = 10_000
 
     def __post_init__(self) -> None:
-        for name in ("batch_max_docs", "batch_max_labels", "learn_staleness_events", "poll_timeout_ms", "shards", "document_cache_ttl_s",
+        for name in ("batch_max_docs", "batch_max_labels", "learn_staleness_events", "poll_timeout_ms", "shards", "document_cache_ttl_s", "max_categories",
                      "retry_initial_ms", "weight_cache_mib"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive; got {getattr(self, name)}")

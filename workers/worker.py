@@ -613,6 +613,7 @@ class Worker:
                 )
             else:
                 resolved.append((item, tokens))
+        resolved = self._within_category_limit(resolved)
         if not resolved:
             return
         store.ensure_categories(sorted({label for item, _ in resolved for label in item.labels}))
@@ -624,6 +625,34 @@ class Worker:
         # Counted once learned, so a batch retried after a failure counts once, and whoever waits
         # for this counter (the benchmark's learning phase, the demo) finds the model written.
         self.metrics.labelled.inc(len(resolved))
+
+    def _within_category_limit(self, resolved: list[tuple[_Labelled, Tokens]]) -> list[tuple[_Labelled, Tokens]]:
+        """``resolved`` without the events whose new categories would take the model past
+        ``max_categories``; those go to the dead letters as ``too-many-categories``.
+
+        Checked against the categories this worker knows, in event order; workers that add
+        categories at the same moment may together pass the limit by what their batches bring.
+        """
+        limit = self.config.max_categories
+        known = set(self.learner.store.categories())
+        kept, undecided = [], []
+        for item, tokens in resolved:
+            new = [label for label in dict.fromkeys(item.labels) if label not in known]
+            if new and len(known) + len(new) > limit:
+                shown = ", ".join(repr(label) for label in new[:3]) + (" ..." if len(new) > 3 else "")
+                self._dead_letter(item.record, "too-many-categories",
+                                  f"labelled event {item.event_id!r} names {len(new)} new categories ({shown}); the "
+                                  f"model has {len(known)} of at most {limit} (--max-categories)"
+                                  + ("; the document was decided, its labels not learned" if item.decide else ""))  # fmt: skip
+                if item.decide:
+                    undecided.append((item, tokens))
+                continue
+            known.update(new)
+            kept.append((item, tokens))
+        if undecided:  # a labelled document is decided where it is learned: decide these here
+            self._decide(self._features(undecided), [item.document_id for item, _ in undecided],
+                         [item.ts_ms for item, _ in undecided])  # fmt: skip
+        return kept
 
     def _learn_exactly_once(self, resolved: list[tuple[_Labelled, Tokens]]) -> None:
         """Learn what the store's watermarks say is still to be learned (``workers.ledger``), and write it.

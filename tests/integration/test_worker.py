@@ -263,36 +263,78 @@ def test_a_backlog_of_labels_is_learned_in_batches_up_to_batch_max_labels(
     assert batches < len(events) / 100  # fewer batches than batch_max_docs alone would make
 
 
-BAD_INPUTS = {
-    "not-msgpack": b"\xc1\x00not msgpack",
-    "not-a-map": msgpack.packb(["id", "tokens"]),
-    "missing-field": msgpack.packb({"tokens": ["a"]}),
-    "wrong-type": msgpack.packb({"id": "d1", "tokens": "a b c"}),
-    "empty-tokens": msgpack.packb({"id": "d2", "tokens": []}),
-    "too-many-tokens": msgpack.packb({"id": "d3", "tokens": ["t"] * 20_001}),
-    "unknown-field": msgpack.packb({"id": "d4", "tokens": ["a"], "colour": "red"}),
-    "not-utf8": b"\x82\xa2id\xa2d5\xa6tokens\x91\xa2\xff\xfe",
-    "too-large": msgpack.packb({"id": "d6", "tokens": ["x" * 200] * 800}),
-}
+# Classes of malformed or hostile input on `documents`: (the message, the reason it is dead-lettered with).
+BAD_INPUTS: dict[str, tuple[bytes, str]] = {
+    "not msgpack": (b"\xc1\x00not msgpack", "not-msgpack"),
+    "a list, not a map": (msgpack.packb(["id", "tokens"]), "not-a-map"),
+    "no id": (msgpack.packb({"tokens": ["a"]}), "missing-field"),
+    "tokens as one string": (msgpack.packb({"id": "d1", "tokens": "a b c"}), "wrong-type"),
+    "no tokens": (msgpack.packb({"id": "d2", "tokens": []}), "empty-tokens"),
+    "20,001 tokens": (msgpack.packb({"id": "d3", "tokens": ["t"] * 20_001}), "too-many-tokens"),
+    "a field the schema lacks": (msgpack.packb({"id": "d4", "tokens": ["a"], "colour": "red"}), "unknown-field"),
+    "a schema version": (msgpack.packb({"id": "d4v", "tokens": ["a"], "schema_version": 2}), "unknown-field"),
+    "invalid UTF-8": (b"\x82\xa2id\xa2d5\xa6tokens\x91\xa2\xff\xfe", "not-utf8"),
+    "160 KB document": (msgpack.packb({"id": "d6", "tokens": ["x" * 200] * 800}), "too-large"),
+    "NaN ts": (msgpack.packb({"id": "d7", "tokens": ["a"], "ts": float("nan")}), "wrong-type"),
+    "infinite ts": (msgpack.packb({"id": "d8", "tokens": ["a"], "ts": float("inf")}), "wrong-type"),
+    "negative ts": (msgpack.packb({"id": "d9", "tokens": ["a"], "ts": -5}), "out-of-range"),
+    "ts past int64": (msgpack.packb({"id": "d10", "tokens": ["a"], "ts": 2**64 - 1}), "out-of-range"),
+    "a 300-character token": (msgpack.packb({"id": "d11", "tokens": ["y" * 300]}), "token-too-long"),
+    "an empty id": (msgpack.packb({"id": "", "tokens": ["a"]}), "empty-string"),
+    "a label twice": (msgpack.packb({"id": "d12", "tokens": ["a"], "labels": ["x", "x"]}), "duplicate-label"),
+    "1,001 labels": (msgpack.packb({"id": "d13", "tokens": ["a"], "labels": [f"c{i}" for i in range(1001)]}),
+                     "too-many-labels"),
+}  # fmt: skip
 
 
 def test_every_bad_input_is_dead_lettered_and_the_worker_goes_on(service: Service) -> None:
     service.start_worker(STREAM_WINNOW_MAX_TOKENS_PER_DOCUMENT="20000", STREAM_WINNOW_MAX_MESSAGE_BYTES="100000")
     good = [msgpack.packb({"id": f"ok{i}", "tokens": ["grain", "wheat", "tonnes"]}) for i in range(3)]
-    values = [(v, None) for v in BAD_INPUTS.values()] + [(v, None) for v in good]
+    values = [(raw, None) for raw, _ in BAD_INPUTS.values()] + [(v, None) for v in good]
     service.produce("documents", values)
     letters = service.collect("dead_letters", lambda m: len(m) >= len(BAD_INPUTS))
-    assert {letter.reason for letter in letters} == set(BAD_INPUTS), [
-        (letter.reason, letter.detail) for letter in letters
-    ]
-    by_reason = {letter.reason: letter for letter in letters}
-    for reason, raw in BAD_INPUTS.items():
-        assert by_reason[reason].original == raw
-        assert by_reason[reason].source_topic == service.topics["documents"]
-        assert by_reason[reason].detail
+    by_original = {letter.original: letter for letter in letters}
+    assert len(letters) == len(BAD_INPUTS), [(letter.reason, letter.detail) for letter in letters]
+    for name, (raw, reason) in BAD_INPUTS.items():
+        assert raw in by_original, f"{name}: no dead letter"
+        letter = by_original[raw]
+        assert (letter.reason, letter.source_topic) == (reason, service.topics["documents"]), (name, letter.detail)
+        assert letter.detail
     decisions = service.collect("decisions", lambda m: len(m) >= 3)
     assert {d.id for d in decisions} == {"ok0", "ok1", "ok2"}
     assert service.processes[0].poll() is None, "the worker must still run"
+
+
+def test_a_flood_of_new_categories_stops_at_max_categories(service: Service) -> None:
+    service.start_worker(STREAM_WINNOW_MAX_CATEGORIES="5")
+    docs = topic_documents(30, seed=4)
+    flood = [LabelledDocument(f"f{i}", d.tokens, (f"new-{i}",)) for i, d in enumerate(docs)]
+    service.produce("documents", [document(d, with_labels=True) for d in flood])
+    letters = service.collect("dead_letters", lambda m: len(m) >= len(flood) - 5)
+    assert {letter.reason for letter in letters} == {"too-many-categories"}
+    assert len(letters) == len(flood) - 5 and "at most 5 (--max-categories)" in letters[0].detail
+    decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= len(flood))
+    assert {d.id for d in decisions} == {d.id for d in flood}, "documents are still decided"
+    time.sleep(1)
+    assert len(open_learner(connect(service.redis_url), service.model, create=False).store.categories()) == 5
+    assert service.processes[0].poll() is None
+
+
+def test_category_names_in_key_syntax_are_just_names(service: Service) -> None:
+    names = ("{news}", "sw:{news:1}:f:21", "a*b?[c]", "with space", "日本", "\\x00")
+    service.start_worker()
+    docs = [LabelledDocument(f"k{i}", ("oil", f"w{i}"), (names[i % len(names)],)) for i in range(24)]
+    service.produce("documents", [document(d, with_labels=True) for d in docs])
+    service.collect("decisions", lambda m: len({d.id for d in m}) >= len(docs))
+    client = connect(service.redis_url)
+    deadline = time.monotonic() + 30
+    while set(open_learner(client, service.model, create=False).store.categories()) != set(names):
+        assert time.monotonic() < deadline, open_learner(client, service.model, create=False).store.categories()
+        time.sleep(0.2)
+    # Names live inside the model's keys (list items, hash fields), never in key names: no key of
+    # another model, and none outside the model's patterns, appeared.
+    assert not list(client.scan_iter(match="sw:{news*"))
+    assert not service.collect("dead_letters", lambda m: False, timeout_s=2)
 
 
 def test_a_labelled_event_for_an_unknown_document_is_dead_lettered(service: Service) -> None:
