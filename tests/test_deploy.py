@@ -442,6 +442,8 @@ def test_every_worker_variable_is_configured() -> None:
 
     configmap = one(load_all(BASE / "configmap.yaml"), "ConfigMap", CONFIGMAP)
     keys = set(configmap["data"]) | set(secret_example()["stringData"])
+    # Alternatives to the Secret's keys, for a Secret mounted as files instead of read with envFrom.
+    keys |= {"STREAM_WINNOW_REDIS_URL_FILE", "STREAM_WINNOW_SASL_PASSWORD_FILE"}
     assert set(WORKER_ENV) == keys, (
         f"missing from the ConfigMap and the Secret example: {sorted(set(WORKER_ENV) - keys)}; "
         f"not read by the worker: {sorted(keys - set(WORKER_ENV))}"
