@@ -46,7 +46,7 @@ def model() -> DomainModel:
 
 
 def test_the_domain_matrix_has_unit_rows_and_keeps_words_of_two_documents_or_more(model: DomainModel) -> None:
-    assert model.matrix.shape == (len(model.term_ids), 5)
+    assert model.matrix.shape == (len(model.term_ids), 5) and model.matrix.flags.c_contiguous  # rows read whole
     np.testing.assert_allclose(np.linalg.norm(model.matrix, axis=1), 1.0, rtol=1e-5)
     assert len(model.term_ids) == 18 + 20  # every topic word and shared word; none once only
     assert np.all(np.diff(model.term_ids) > 0)
