@@ -24,25 +24,24 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.learning import BEST_SETTINGS, PAIRS_FEATURES, PAIRS_FLAGS
 from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte, read_modapte_unlabelled
 from stream_winnow.documents import LabelledDocument
 from stream_winnow.evaluation.runs import holdout
 from stream_winnow.learners import build_learner
 from stream_winnow.learners.base import Learner
 from stream_winnow.text.domain import FEATURE_SETS, DomainFeatures, DomainModel, fit_domain_model
-from stream_winnow.text.features import FeatureConfig
 
 FRACTIONS = (0.01, 0.02, 0.05, 0.10, 0.25, 1.0)
 # Samples this small vary with the draw; from a quarter of the labels on one draw is enough.
 FEW_LABELS_BELOW = 0.25
-BEST_FLAGS = "--no-normalize --bigrams --theta-minus 0.2 --theta-plus 3"
+BEST_FLAGS = PAIRS_FLAGS
 BEST_LABEL = "Balanced Winnow, wide threshold, word pairs"
 
 
 def make_learner(name: str, feature_set: str, domain: DomainModel) -> Learner:
     if name == "best":
-        learner = build_learner("balanced-winnow", features=FeatureConfig(normalize=False, bigrams=True),
-                                theta_minus=0.2, theta_plus=3.0)  # fmt: skip
+        learner = build_learner("balanced-winnow", features=PAIRS_FEATURES, **BEST_SETTINGS)
     else:
         learner = build_learner(name)
     if feature_set != "words":

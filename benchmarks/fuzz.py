@@ -117,44 +117,42 @@ def _scores(rng: random.Random) -> Any:
             rng.choice([0.5, -1.0, 3, math.nan, 1e308]) for name in names}  # fmt: skip
 
 
+def _original(rng: random.Random) -> Any:
+    return b"\x81\xa2id\xa1x" if rng.random() >= _BAD[0] else rng.choice([b"", "s", 3])
+
+
+def _named(prefix: str) -> Callable[[random.Random], Any]:
+    return lambda rng: _text(rng) if rng.random() < 0.3 else f"{prefix}{rng.randrange(10**6)}"
+
+
+def _labels(rng: random.Random) -> Any:
+    return _texts(rng, LIMITS.max_labels)
+
+
+def _tokens(rng: random.Random) -> Any:
+    return _texts(rng, LIMITS.max_tokens_per_document)
+
+
+# Per topic, its fields in the order drawn: (name, the chance it is present, how its value is drawn).
+_FIELDS: dict[str, tuple[tuple[str, float, Callable[[random.Random], Any]], ...]] = {
+    "document": (("id", 0.95, _named("doc-")), ("tokens", 0.95, _tokens), ("labels", 0.3, _labels),
+                 ("ts", 0.5, _number)),
+    "labelled-event": (("id", 0.95, _named("doc-")), ("event_id", 0.95, _named("label:")), ("labels", 0.95, _labels),
+                       ("tokens", 0.4, _tokens), ("ts", 0.5, _number)),
+    "decision": (("id", 0.95, _named("doc-")), ("categories", 0.9, _labels), ("scores", 0.9, _scores),
+                 ("model_version", 0.9, _number), ("model", 0.4, _text), ("worker", 0.4, _text), ("ts", 0.4, _number),
+                 ("decided_ts", 0.4, _number)),
+    "dead-letter": (("reason", 0.9, _text), ("detail", 0.9, _text), ("source_topic", 0.9, _text),
+                    ("source_partition", 0.9, _number), ("source_offset", 0.9, _number), ("original", 0.9, _original),
+                    ("ts", 0.9, _number), ("worker", 0.9, _text)),
+}  # fmt: skip
+
+
 def _fields(kind: str, rng: random.Random) -> dict[Any, Any]:
     def maybe(probability: float) -> bool:  # a clean message (no bad values) has every required field
         return rng.random() < (1.0 if _BAD[0] == 0 and probability >= 0.9 else probability)
 
-    fields: dict[Any, Any] = {}
-    if kind in ("document", "labelled-event", "decision"):
-        if maybe(0.95):
-            fields["id"] = _text(rng) if maybe(0.3) else f"doc-{rng.randrange(10**6)}"
-    if kind == "document":
-        if maybe(0.95):
-            fields["tokens"] = _texts(rng, LIMITS.max_tokens_per_document)
-        if maybe(0.3):
-            fields["labels"] = _texts(rng, LIMITS.max_labels)
-        if maybe(0.5):
-            fields["ts"] = _number(rng)
-    elif kind == "labelled-event":
-        if maybe(0.95):
-            fields["event_id"] = _text(rng) if maybe(0.3) else f"label:{rng.randrange(10**6)}"
-        if maybe(0.95):
-            fields["labels"] = _texts(rng, LIMITS.max_labels)
-        if maybe(0.4):
-            fields["tokens"] = _texts(rng, LIMITS.max_tokens_per_document)
-        if maybe(0.5):
-            fields["ts"] = _number(rng)
-    elif kind == "decision":
-        for name, value in (("categories", lambda: _texts(rng, LIMITS.max_labels)), ("scores", lambda: _scores(rng)),
-                            ("model_version", lambda: _number(rng)), ("model", lambda: _text(rng)),
-                            ("worker", lambda: _text(rng)), ("ts", lambda: _number(rng)),
-                            ("decided_ts", lambda: _number(rng))):  # fmt: skip
-            if maybe(0.9 if name in ("categories", "scores", "model_version") else 0.4):
-                fields[name] = value()
-    else:
-        for name, value in (("reason", lambda: _text(rng)), ("detail", lambda: _text(rng)),
-                            ("source_topic", lambda: _text(rng)), ("source_partition", lambda: _number(rng)),
-                            ("source_offset", lambda: _number(rng)), ("original", lambda: b"\x81\xa2id\xa1x" if rng.random() >= _BAD[0] else rng.choice([b"", "s", 3])),
-                            ("ts", lambda: _number(rng)), ("worker", lambda: _text(rng))):  # fmt: skip
-            if maybe(0.9):
-                fields[name] = value()
+    fields: dict[Any, Any] = {name: draw(rng) for name, chance, draw in _FIELDS[kind] if maybe(chance)}
     if maybe(0.05):
         fields[rng.choice(["extra", "ids", "Tokens", 1, b"id"])] = 1
     keys = list(fields)

@@ -46,7 +46,15 @@ from scipy import sparse
 from scipy.sparse.linalg import svds
 
 from stream_winnow.errors import ConfigError, DataError
-from stream_winnow.text.features import STRENGTHS, FeatureBatch, FeatureConfig, Featurizer, Strength, feature_id
+from stream_winnow.text.features import (
+    STRENGTHS,
+    FeatureBatch,
+    FeatureConfig,
+    Featurizer,
+    Strength,
+    feature_id,
+    strengths_of,
+)
 
 FeatureSet = Literal["words", "domain", "both"]
 FEATURE_SETS: tuple[str, ...] = get_args(FeatureSet)
@@ -58,15 +66,6 @@ DEFAULT_MIN_DOCUMENT_FREQUENCY = 2
 # Domain features' names join parts with a character no tokenizer emits.
 _JOIN = "\x1e"
 _FORMAT = 1
-
-
-def term_weights(counts: np.ndarray, strength: Strength) -> np.ndarray:
-    """A term's strength in a document from its count, as the learners' features use (§4.3)."""
-    if strength == "binary":
-        return np.ones_like(counts, dtype=np.float64)
-    if strength == "sqrt":
-        return np.sqrt(counts)
-    return counts.astype(np.float64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,7 +125,7 @@ class DomainModel:
             position = np.where(self.term_ids[found] == unique, found, -1)[inverse].astype(np.int64)
         else:
             position = np.full(len(ids), -1, dtype=np.int64)
-        weights = term_weights(counts, self.strength) * np.where(position >= 0, self.idf[np.maximum(position, 0)], 0.0)
+        weights = strengths_of(counts, self.strength) * np.where(position >= 0, self.idf[np.maximum(position, 0)], 0.0)
         return position, weights.astype(np.float32)
 
     def vectors(self, indptr: np.ndarray, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -213,7 +212,7 @@ def fit_domain_model(
     idf = np.log((1 + n) / (1 + df[kept])) + 1.0  # smoothed, as scikit-learn's TfidfTransformer
     documents = np.repeat(np.arange(n), np.diff(batch.indptr))[entries]
     terms = renumber[column[entries]]
-    weights = term_weights(batch.strengths[entries], strength) * idf[terms]
+    weights = strengths_of(batch.strengths[entries], strength) * idf[terms]
     matrix = sparse.csr_matrix((weights, (terms, documents)), shape=(int(kept.sum()), n))
     lengths = np.sqrt(np.asarray(matrix.multiply(matrix).sum(axis=0))).ravel()
     lengths[lengths == 0] = 1.0

@@ -48,6 +48,18 @@ _ID_MASK = (1 << 63) - 1
 _BIGRAM_JOIN = "\x1f"
 
 
+def strengths_of(counts: np.ndarray, strength: Strength) -> np.ndarray:
+    """Feature strengths (float64) from token counts: 1, ``n`` or ``sqrt(n)`` (§4.3).
+
+    >>> strengths_of(np.array([1.0, 4.0]), "sqrt").tolist()
+    [1.0, 2.0]
+    """
+    if strength == "binary":
+        return np.ones(len(counts))
+    counts = np.asarray(counts, dtype=np.float64)
+    return np.sqrt(counts) if strength == "sqrt" else counts
+
+
 def feature_id(token: str) -> int:
     """The stable 63-bit id of ``token``; ids of real tokens are ≥ ``FIRST_TOKEN_ID``."""
     digest = hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest()
@@ -261,12 +273,7 @@ class Featurizer:
         counts = Counter(tokens)
         index, ids = self._index, self._ids
         feature_ids = np.array([ids[index(t)] for t in counts], dtype=np.int64)
-        if config.strength == "binary":
-            strengths = np.ones(len(counts))
-        else:
-            strengths = np.array(list(counts.values()), dtype=np.float64)
-            if config.strength == "sqrt":
-                np.sqrt(strengths, out=strengths)
+        strengths = strengths_of(np.array(list(counts.values()), dtype=np.float64), config.strength)
         if config.normalize and len(strengths):
             strengths /= strengths.sum()
         return FeatureVector(feature_ids, strengths)
@@ -345,12 +352,7 @@ class Featurizer:
         )
         ids = id_array[distinct]
         batch_distinct = (id_array[used], position)
-        if config.strength == "binary":
-            strengths = np.ones(len(ids))
-        elif config.strength == "sqrt":
-            strengths = np.sqrt(counts)
-        else:
-            strengths = counts
+        strengths = strengths_of(counts, config.strength)
         if config.normalize and len(ids):
             documents = np.repeat(np.arange(n), np.diff(indptr))
             totals = np.bincount(documents, weights=strengths, minlength=n)
