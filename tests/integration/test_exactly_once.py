@@ -74,6 +74,11 @@ def test_killed_workers_and_resent_events_leave_the_model_as_if_each_event_came_
         workers[victim] = service.start_worker(STREAM_WINNOW_BATCH_MAX_LABELS="200")
     decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= len(plain), timeout_s=180)
     assert {d.id for d in plain} <= {d.id for d in decisions}, service.logs()[-3000:]
+    # A killed worker's partitions wait for the session timeout and a rejoin (6 + ~3 s here), longer
+    # than a quiet spell: wait for every event to be counted, then for any late (double) application.
+    deadline = time.monotonic() + 180
+    while learner.store.counters(DOCS_COUNTER).get("*", 0) < N_EVENTS and time.monotonic() < deadline:
+        time.sleep(0.5)
     _settled(learner, lambda: learner.store.version)
     assert all(w.poll() is None for w in workers), service.logs()[-3000:]
 
