@@ -376,7 +376,7 @@ def _redis_config(port: int, workdir: Path, password: str | None, extra: Mapping
         f"port {port}",
         "bind 127.0.0.1",
         'save ""',
-        "appendonly no",
+        "appendonly no" if "appendfsync" not in extra else "appendonly yes",
         f"dir {workdir}",
         f"logfile {workdir / 'redis.log'}",
         "daemonize no",
@@ -395,8 +395,15 @@ def _redis_config(port: int, workdir: Path, password: str | None, extra: Mapping
 
 
 def _start_redis_process(
-    port: int | None, password: str | None, extra: Mapping[str, str], *, cluster: bool = False
+    port: int | None,
+    password: str | None,
+    extra: Mapping[str, str],
+    *,
+    cluster: bool = False,
+    workdir: Path | None = None,
 ) -> tuple[_Service, int]:
+    """redis-server on ``port`` (a free one if None) in ``workdir`` (a new temporary one if None: a
+    given one keeps its files, so a restart there loads its append-only file)."""
     import redis
 
     binary = _redis_binary()
@@ -407,7 +414,8 @@ def _start_redis_process(
             chosen = port
         else:
             chosen = _free_cluster_port() if cluster else free_port()
-        workdir = Path(tempfile.mkdtemp(prefix="stream-winnow-redis-"))
+        if workdir is None:
+            workdir = Path(tempfile.mkdtemp(prefix="stream-winnow-redis-"))
         config = _redis_config(chosen, workdir, password, extra)
         service = _Service([binary, str(config)], workdir, workdir / "stdout.log")
         service.log_path = workdir / "redis.log"
@@ -424,23 +432,49 @@ def _start_redis_process(
             client.close()
         tail = _log_tail(service.log_path) + _log_tail(workdir / "stdout.log")
         service.stop()
+        workdir = None
         last_error = StoreError(f"redis-server on 127.0.0.1:{chosen} did not start; log tail:\n{tail}")
     assert last_error is not None
     raise last_error
 
 
+#: What ``appendfsync`` may be: how often an append-only file is flushed to disk.
+APPENDFSYNC = ("always", "everysec", "no")
+
+
 class EmbeddedRedis(_Handle):
-    """A running single-node redis-server without persistence.
+    """A running single-node redis-server: without persistence, or with an append-only file.
 
     ``url`` carries the password when there is one; ``repr`` never does.
     """
 
-    def __init__(self, service: _Service, port: int, password: str | None) -> None:
+    def __init__(self, service: _Service, port: int, password: str | None, appendfsync: str | None = None) -> None:
         self._service = service
         self.host = "127.0.0.1"
         self.port = port
         self._password = password
+        self.appendfsync = appendfsync
         self.log_path = service.log_path
+
+    def crash(self) -> None:
+        """SIGKILL the server, as a crash would, and keep its files (``restart`` loads them)."""
+        process = self._service._process
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+    def restart(self, appendfsync: str | None = None) -> None:
+        """Start the server again on its port and in its directory (after ``crash``, or after a stop of
+        its process): with an append-only file it comes back with what the file holds.
+        ``appendfsync`` changes the flush policy from now on (None: as it was)."""
+        self.crash()
+        self._service._log_file.close()
+        with _running_lock:
+            _running.discard(self._service)
+        self.appendfsync = appendfsync or self.appendfsync
+        extra = {} if self.appendfsync is None else {"appendfsync": self.appendfsync}
+        self._service, _ = _start_redis_process(self.port, self._password, extra, workdir=self._service.workdir)
+        self.log_path = self._service.log_path
 
     @property
     def url(self) -> str:
@@ -460,14 +494,19 @@ class EmbeddedRedis(_Handle):
         return f"EmbeddedRedis(url='redis://{auth}{self.host}:{self.port}/0', pid={self._service.pid})"
 
 
-def start_redis(port: int | None = None, password: str | None = None) -> EmbeddedRedis:
-    """Start redis-server on 127.0.0.1 (a free port if None), no RDB, no AOF; ready on return.
+def start_redis(port: int | None = None, password: str | None = None, appendfsync: str | None = None) -> EmbeddedRedis:
+    """Start redis-server on 127.0.0.1 (a free port if None), no RDB; ready on return.
 
-    Raises ``StoreError`` with the tail of the server's log if it does not come up.
+    ``appendfsync`` (one of ``APPENDFSYNC``) turns the append-only file on with that flush policy;
+    None leaves it off. Raises ``StoreError`` with the tail of the server's log if it does not come
+    up, ``ConfigError`` for another ``appendfsync``.
     """
-    service, chosen = _start_redis_process(port, password, {})
+    if appendfsync is not None and appendfsync not in APPENDFSYNC:
+        raise ConfigError(f"appendfsync must be one of {', '.join(APPENDFSYNC)}; got {appendfsync!r}")
+    extra = {} if appendfsync is None else {"appendfsync": appendfsync}
+    service, chosen = _start_redis_process(port, password, extra)
     log.info("embedded redis-server on 127.0.0.1:%s (pid %s)", chosen, service.pid)
-    return EmbeddedRedis(service, chosen, password)
+    return EmbeddedRedis(service, chosen, password, appendfsync)
 
 
 class EmbeddedRedisCluster(_Handle):

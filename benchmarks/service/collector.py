@@ -133,6 +133,10 @@ class Collector(threading.Thread):
                 out.append((ts, message.get("decided_ts"), now * 1000))
         return out
 
+    def arrivals(self, start: int = 0) -> list[tuple[float, bytes]]:
+        """(arrival time in s, bytes) of the messages of ``topics[0]`` from the ``start``-th on (``latency=True``)."""
+        return self._arrivals[start:]
+
     def values(self) -> list[bytes]:
         """The messages of ``topics[0]`` in arrival order (kept only with ``latency=True``)."""
         return [value for _, value in self._arrivals]
