@@ -35,6 +35,12 @@ class WorkerMetrics:
             "(a partition that moved during a rebalance); the batch's learning was redone.",
             registry=r,
         )
+        self.watermark_rollbacks = Counter(
+            "stream_winnow_watermark_rollbacks",
+            "Watermarks found behind what this worker had written: Redis lost applied writes (a restart "
+            "without its last writes, a failover to a replica behind); logged with the offsets lost.",
+            registry=r,
+        )
         self.partial_redeliveries = Counter(
             "stream_winnow_partial_redeliveries",
             "Labelled records that only some parts of the model had applied (a Cluster write cut short), "

@@ -671,11 +671,31 @@ class Worker:
                 self._learn_in_rounds([resolved[i] for i in split.fresh])
                 return
             except StaleWatermark as stale:
-                self.metrics.stale_watermarks.inc()
-                log.warning("learning write refused (%s); reading the watermarks again", stale)
+                if stale.found < stale.expected:
+                    self._rolled_back(stale)
+                else:
+                    self.metrics.stale_watermarks.inc()
+                    log.warning("learning write refused (%s); reading the watermarks again", stale)
                 self.ledger.forget([stale.source])
                 if attempt == _STALE_RETRIES - 1:
                     raise
+
+    def _rolled_back(self, stale: StaleWatermark) -> None:
+        """A watermark behind what this worker wrote: Redis lost acknowledged writes. Say which records, start afresh.
+
+        The records after the stored watermark up to the one this worker last wrote were applied and
+        committed, and the model no longer holds them; the batch goes on from the stored state.
+        """
+        self.metrics.watermark_rollbacks.inc()
+        log.error(
+            "Redis lost applied learning: the watermark of %s (part %d) is %d, this worker wrote %d; records "
+            "%d..%d of %s are no longer in the model (Redis restarted without its last writes, or failed over "
+            "to a replica behind: appendfsync always keeps them); send them again to learn them",
+            stale.source, stale.part, stale.found, stale.expected, stale.found + 1, stale.expected, stale.source,
+            extra={"source": stale.source, "lost_from": stale.found + 1, "lost_to": stale.expected},
+        )  # fmt: skip
+        if isinstance(self.learner.store, CachedStore):
+            self.learner.store.forget_rows()
 
     def _learn_in_rounds(self, items: list[tuple[_Labelled, Tokens]]) -> None:
         """Learn ``items`` in order: in one round alone, in rounds with peers (``stream_winnow.shared.learning_peers``).

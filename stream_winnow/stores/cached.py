@@ -75,6 +75,10 @@ class CachedStore(WeightStore):
         self._state = None
         self._clear_row_records()
 
+    def forget_rows(self) -> None:
+        """Drop every row held: the store went back in time (its write counters no longer vouch for them)."""
+        self._reset()
+
     def read(self, feature_ids: np.ndarray) -> dict[str, np.ndarray]:
         if not self._refresh(feature_ids):
             return self.inner.read(feature_ids)
