@@ -649,10 +649,17 @@ class Worker:
                 continue
             known.update(new)
             kept.append((item, tokens))
-        if undecided:  # a labelled document is decided where it is learned: decide these here
-            self._decide(self._features(undecided), [item.document_id for item, _ in undecided],
-                         [item.ts_ms for item, _ in undecided])  # fmt: skip
+        self._decide_unlearned(undecided)
         return kept
+
+    def _decide_unlearned(self, items: list[tuple[_Labelled, Tokens]]) -> None:
+        """Decide labelled documents that will not be learned here (a labelled document is decided where
+        it is learned): over the category limit, or already applied (a redelivery after a crash that
+        came between the write and the decisions' delivery) or resent."""
+        items = [(item, tokens) for item, tokens in items if item.decide]
+        if items:
+            self._decide(self._features(items), [item.document_id for item, _ in items],
+                         [item.ts_ms for item, _ in items])  # fmt: skip
 
     def _learn_exactly_once(self, resolved: list[tuple[_Labelled, Tokens]]) -> None:
         """Learn what the store's watermarks say is still to be learned (``workers.ledger``), and write it.
@@ -661,9 +668,13 @@ class Worker:
         are learned one by one for the parts behind; the rest is learned as one batch. A write refused
         as stale (the partition moved to another worker and back) is redone from fresh watermarks.
         """
+        decided: set[int] = set()
         for attempt in range(_STALE_RETRIES):
             split = self.ledger.split([item.record for item, _ in resolved], [item.event_id for item, _ in resolved])
             self.metrics.duplicates.inc(len(split.done) + len(split.duplicates))
+            skipped = [i for i in (*split.done, *split.duplicates) if i not in decided]
+            decided.update(skipped)
+            self._decide_unlearned([resolved[i] for i in skipped])
             try:
                 for i, parts in split.partial:
                     self.metrics.partial_redeliveries.inc()

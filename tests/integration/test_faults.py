@@ -81,3 +81,23 @@ def _rollbacks(running: Service, port: int) -> float:
         time.sleep(0.5)
     assert value >= 1, running.logs()[-2000:]
     return value
+
+
+@pytest.mark.timeout(300)
+def test_labelled_documents_already_learned_are_still_decided(service: Service) -> None:  # noqa: F811
+    """A worker killed after a batch's write and before its decisions were delivered: the next owner finds
+    the labelled documents applied (their offsets under the watermarks) and must still decide them."""
+    from stream_winnow.stores.base import MODEL_PART
+    from stream_winnow.stores.redis.keys import ModelKeys
+
+    client = connect(service.redis_url)
+    learner = open_learner(client, service.model, learner="multinomial-nb")
+    docs = synthetic_stream(120, seed=40)
+    keys = ModelKeys(service.model, shards=learner.store.n_parts)
+    for part in [*range(keys.shards), MODEL_PART]:  # every record of the topic is applied already
+        client.hset(keys.watermark_key(part), mapping={f"{service.topics['documents']}:{p}": 10_000 for p in range(4)})
+    service.produce("documents", [document(d, with_labels=True) for d in docs])
+    service.start_worker()
+    decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= len(docs), timeout_s=60)
+    assert {d.id for d in decisions} == {d.id for d in docs}, service.logs()[-2000:]
+    assert learner.store.counters(DOCS_COUNTER).get("*", 0) == 0  # none learned again
