@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import sys
@@ -438,8 +439,6 @@ def run_once(config: FaultConfig, seed: int, say: Callable[[str], None]) -> RunR
                 collector.stop()
         services.stop()
         if not config.keep_logs:
-            import shutil
-
             shutil.rmtree(log_dir, ignore_errors=True)
         else:
             say(f"  logs in {log_dir}")

@@ -122,7 +122,7 @@ class _Service:
         self.workdir = workdir
         self.stop_grace_s = stop_grace_s
         self.log_path = log_path
-        self._log_file = open(log_path, "ab")  # closed in stop()
+        self._log_file = open(log_path, "ab")  # closed in stop() or kill()
         self._process = subprocess.Popen(
             argv,
             cwd=workdir,
@@ -141,6 +141,15 @@ class _Service:
 
     def exited(self) -> bool:
         return self._process.poll() is not None
+
+    def kill(self) -> None:
+        """SIGKILL the process, as a crash would, and keep its directory. Idempotent."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._log_file.close()
+        with _running_lock:
+            _running.discard(self)
 
     def stop(self, *, keep_files: bool = False) -> None:
         """Terminate the process (SIGTERM, then SIGKILL) and remove its directory. Idempotent."""
@@ -458,19 +467,13 @@ class EmbeddedRedis(_Handle):
 
     def crash(self) -> None:
         """SIGKILL the server, as a crash would, and keep its files (``restart`` loads them)."""
-        process = self._service._process
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        self._service.kill()
 
     def restart(self, appendfsync: str | None = None) -> None:
         """Start the server again on its port and in its directory (after ``crash``, or after a stop of
         its process): with an append-only file it comes back with what the file holds.
         ``appendfsync`` changes the flush policy from now on (None: as it was)."""
         self.crash()
-        self._service._log_file.close()
-        with _running_lock:
-            _running.discard(self._service)
         self.appendfsync = appendfsync or self.appendfsync
         extra = {} if self.appendfsync is None else {"appendfsync": self.appendfsync}
         self._service, _ = _start_redis_process(self.port, self._password, extra, workdir=self._service.workdir)

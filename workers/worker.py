@@ -644,8 +644,7 @@ class Worker:
                                   f"labelled event {item.event_id!r} names {len(new)} new categories ({shown}); the "
                                   f"model has {len(known)} of at most {limit} (--max-categories)"
                                   + ("; the document was decided, its labels not learned" if item.decide else ""))  # fmt: skip
-                if item.decide:
-                    undecided.append((item, tokens))
+                undecided.append((item, tokens))
                 continue
             known.update(new)
             kept.append((item, tokens))
@@ -701,7 +700,7 @@ class Worker:
         log.error(
             "Redis lost applied learning: the watermark of %s (part %d) is %d, this worker wrote %d; records "
             "%d..%d of %s are no longer in the model (Redis restarted without its last writes, or failed over "
-            "to a replica behind: appendfsync always keeps them); send them again to learn them",
+            "to a replica behind); send them again to learn them",
             stale.source, stale.part, stale.found, stale.expected, stale.found + 1, stale.expected, stale.source,
             extra={"source": stale.source, "lost_from": stale.found + 1, "lost_to": stale.expected},
         )  # fmt: skip
