@@ -74,6 +74,9 @@ _READY_TIMEOUT_S = 90.0
 _DRAIN_TIMEOUT_S = 30.0
 # A worker finishes its batch, commits and leaves the group on SIGTERM; past this, SIGKILL.
 _WORKER_STOP_GRACE_S = 20.0
+# After Ctrl-C or SIGTERM the user wants the prompt back: a killed worker loses nothing (its batch is
+# redelivered and applied once by the offset watermarks), so the wait is short.
+_INTERRUPTED_STOP_GRACE_S = 3.0
 # How often the progress line is redrawn on a terminal, and written when stderr is a file or pipe.
 _REFRESH_TTY_S = 1.0
 _REFRESH_PLAIN_S = 5.0
@@ -352,11 +355,12 @@ class _Workers:
             total += int(_metric(text, "stream_winnow_dead_letters_total"))
         return total
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = _WORKER_STOP_GRACE_S) -> None:
+        """SIGTERM every worker; SIGKILL those still running ``grace_s`` later."""
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + _WORKER_STOP_GRACE_S
+        deadline = time.monotonic() + grace_s
         for process in self.processes:
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))
@@ -469,6 +473,7 @@ def run_demo(config: DemoConfig, out: TextIO | None = None, err: TextIO | None =
         say(f"  broker {broker.bootstrap_servers}, Redis {redis_server.url}; {partitions} partitions per topic")
         _prepare_model(redis_server.url, stream)
         workers = _Workers()
+        grace_s = _WORKER_STOP_GRACE_S
         try:
             workers.start(config.workers, _worker_env(broker.bootstrap_servers, redis_server.url, config),
                           Path(log_dir))  # fmt: skip
@@ -482,9 +487,12 @@ def run_demo(config: DemoConfig, out: TextIO | None = None, err: TextIO | None =
             workers.check_alive()
             if not result.missing:
                 _wait_learned(workers, result.labelled_events)
+        except KeyboardInterrupt:
+            grace_s = _INTERRUPTED_STOP_GRACE_S
+            raise
         finally:
             say("stopping the workers and the services")
-            workers.stop()
+            workers.stop(grace_s)
         result.model_version = max(result.model_version, _model_version(redis_server.url))
     result.elapsed_s = time.monotonic() - started
     out.write(result.table())

@@ -204,6 +204,7 @@ def _read_lines(process: subprocess.Popen[str], n: int, timeout_s: float) -> lis
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_demo_stops_within_seconds_on_ctrl_c_and_sigterm(signum: int, code: int) -> None:
+    before = set(_worker_pids())
     process = _cli("demo", "--documents", "20000", "--workers", "2", "--timeout-s", "120")
     try:
         assert process.stderr is not None
@@ -220,5 +221,9 @@ def test_demo_stops_within_seconds_on_ctrl_c_and_sigterm(signum: int, code: int)
         if process.poll() is None:
             process.kill()
             process.wait()
-    left = subprocess.run(["pgrep", "-f", "workers.cli worker"], capture_output=True, text=True).stdout.split()
-    assert not left, f"workers left running: {left}"
+    left = set(_worker_pids()) - before
+    assert not left, f"workers left running: {sorted(left)}"
+
+
+def _worker_pids() -> list[str]:
+    return subprocess.run(["pgrep", "-f", "workers.cli worker"], capture_output=True, text=True).stdout.split()
