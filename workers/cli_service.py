@@ -143,6 +143,9 @@ def setup_logging(fmt: str, level: str) -> None:
         help="Records per batch at most: one Redis read for scoring, one script per shard for learning.")
 @option("--batch-max-labels", type=click.IntRange(min=1), default=4000, show_default=True,
         help="Records per batch at most when a batch holds only labelled events (a backlog of them).")
+@option("--learn-staleness-events", type=click.IntRange(min=1), default=150, show_default=True,
+        help="With other workers learning the same model, learn in rounds that miss at most this many "
+             "of their events (smaller: closer to one learner, more Redis work an event).")
 @option("--batch-linger-ms", type=click.IntRange(0, MAX_BATCH_LINGER_MS), default=0, show_default=True,
         help="How long a batch may wait for more records after its first (0: what one fetch brought); "
              "below saturation, fewer larger batches cost less CPU a document and add this to latency.")
@@ -236,6 +239,7 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
                       flags["dead_letters_topic"]),  # fmt: skip
         batch_max_docs=flags["batch_max_docs"],
         batch_max_labels=flags["batch_max_labels"],
+        learn_staleness_events=flags["learn_staleness_events"],
         batch_linger_ms=flags["batch_linger_ms"],
         poll_timeout_ms=flags["poll_timeout_ms"],
         max_batches_in_flight=flags["max_batches_in_flight"],

@@ -82,6 +82,12 @@ class WorkerConfig:
     # at 2,000 (benchmarks.service --phases learning). Documents keep batch_max_docs: with 4,000
     # for them too the p99 at 12,000 docs/s rose from 86-87 to 111-154 ms.
     batch_max_labels: int = 4000
+    # With peers learning the same model, a worker learns a batch in rounds, reading the rows again
+    # before each, so that a round misses at most this many of the others' events (stream_winnow/
+    # shared/learning_peers.py): rounds of 150 / (peers - 1) events. Balanced Winnow on the ModApte stream,
+    # 4 workers: final micro-F1 0.05-0.45 learning whole batches of 2,000 on one read, 0.66 with
+    # rounds of 250 and 0.82 with rounds of 50, as one worker's 0.81 (benchmarks/scale.py).
+    learn_staleness_events: int = 150
     # How long a batch may wait for more records after its first ones, up to batch_max_docs (0:
     # take what one fetch brought). Below saturation it buys CPU with latency, more latency than the
     # linger itself: at 18,700 documents/s (half this machine's maximum that day), 15 ms took the
@@ -144,7 +150,7 @@ class WorkerConfig:
     retry_max_ms: int = 10_000
 
     def __post_init__(self) -> None:
-        for name in ("batch_max_docs", "batch_max_labels", "poll_timeout_ms", "shards", "document_cache_ttl_s", "max_categories",
+        for name in ("batch_max_docs", "batch_max_labels", "learn_staleness_events", "poll_timeout_ms", "shards", "document_cache_ttl_s", "max_categories",
                      "retry_initial_ms", "weight_cache_mib"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive; got {getattr(self, name)}")

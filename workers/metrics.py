@@ -70,5 +70,9 @@ class WorkerMetrics:
             "stream_winnow_learning_peers", "Workers learning this model, this one included (their heartbeats in Redis).",
             registry=r,
         )
+        self.learning_rounds = Counter(
+            "stream_winnow_learning_rounds", "Reads of the model's rows to learn on: one a batch alone, more with peers.",
+            registry=r,
+        )
         self.model_version = Gauge("stream_winnow_model_version", "Model version last seen.", registry=r)
         self.staleness = Gauge("stream_winnow_cache_staleness_seconds", "Age of the weights used to score.", registry=r)

@@ -49,11 +49,11 @@ from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import MistakeDriven
 from stream_winnow.learners.registry import describe, from_metadata, without_domain
 from stream_winnow.shared.document_cache import DocumentCache
-from stream_winnow.shared.learning_peers import LearningPeers, step_share
+from stream_winnow.shared.learning_peers import LearningPeers, round_events
 from stream_winnow.shared.outcomes import push_outcomes
 from stream_winnow.stores.base import StaleWatermark, Update
 from stream_winnow.stores.cached import CachedStore
-from stream_winnow.stores.delta import RowDelta, delta_between, fold_updates, share_of, sum_counters
+from stream_winnow.stores.delta import RowDelta, delta_between, fold_updates, sum_counters
 from stream_winnow.stores.memory import MemoryStore
 from stream_winnow.text.features import FeatureBatch, Featurizer, gather_rows
 from stream_winnow.wire.codec import (
@@ -207,7 +207,6 @@ class Worker:
         self._learner_spec = without_domain(describe(learner))  # scratch copies take self.learner's featurizer
         self.ledger = OffsetLedger(learner.store)
         self.peers = LearningPeers(cache.client, config.model, config.worker_id)
-        self._step_share = 1.0  # of a mistake-driven step, from the last count of peers
         # A failed batch is processed again as it was: its learning is skipped by event id.
         self.in_flight = InFlight(
             consumer,
@@ -679,7 +678,7 @@ class Worker:
                 for i, parts in split.partial:
                     self.metrics.partial_redeliveries.inc()
                     self._learn_and_write([resolved[i]], parts)
-                self._learn_fresh([resolved[i] for i in split.fresh])
+                self._learn_in_rounds([resolved[i] for i in split.fresh])
                 return
             except StaleWatermark as stale:
                 if stale.found < stale.expected:
@@ -708,28 +707,36 @@ class Worker:
         if isinstance(self.learner.store, CachedStore):
             self.learner.store.forget_rows()
 
-    def _learn_fresh(self, items: list[tuple[_Labelled, Tokens]]) -> None:
-        """Learn ``items`` in order as one batch, each step at this worker's share among its peers
-        (``stream_winnow.shared.learning_peers``: the whole step alone, 1/N of it with N learning)."""
+    def _learn_in_rounds(self, items: list[tuple[_Labelled, Tokens]]) -> None:
+        """Learn ``items`` in order: in one round alone, in rounds with peers (``stream_winnow.shared.learning_peers``).
+
+        Each round reads its rows afresh and writes its delta with its records' watermarks, so a crash
+        between rounds leaves the later ones to be learned on redelivery, and the earlier ones skipped.
+        """
         if not items:
             return
         peers = self.peers.count()
         self.metrics.learning_peers.set(peers)
-        self._step_share = step_share(peers)
-        self._learn_and_write(items, None)
+        # Naive Bayes adds counts whatever the model holds: its batches need no fresh read.
+        size = (
+            round_events(len(items), peers, self.config.learn_staleness_events)
+            if isinstance(self.learner, MistakeDriven)
+            else len(items)
+        )
+        for start in range(0, len(items), size):
+            self.metrics.learning_rounds.inc()
+            self._learn_and_write(items[start : start + size], None)
 
     def _learn_and_write(self, items: list[tuple[_Labelled, Tokens]], parts: list[int] | None) -> None:
         """Learn ``items`` in order into one delta and write it with their partitions' watermarks.
 
         ``parts``: write only these (a partial redelivery's parts still behind); None: every part.
-        A mistake-driven delta is written at the share the last peer count gave.
         """
         if not items:
             return
         store = self.learner.store
         if isinstance(self.learner, MistakeDriven):
             delta, wrongs = self._learn_batched(self.learner, items)
-            delta = share_of(delta, self.learner.table_specs(), self._step_share)
         else:
             delta, wrongs = self._learn_one_by_one(items)
         records = [item.record for item, _ in items]

@@ -32,7 +32,7 @@ import numpy as np
 from stream_winnow.errors import ConfigError
 from stream_winnow.stores.base import CounterUpdate, RowUpdate, TableSpec, Update
 
-__all__ = ["RowDelta", "SourceRange", "delta_between", "fold_updates", "identity_of", "share_of"]
+__all__ = ["RowDelta", "SourceRange", "delta_between", "fold_updates", "identity_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,24 +162,6 @@ def delta_between(
         else:
             out[spec.name] = np.where(old == new, 0.0, new - old)
     return out
-
-
-def share_of(delta: RowDelta, specs: Sequence[TableSpec], share: float) -> RowDelta:
-    """``share`` of ``delta``'s step: factors raised to ``share``, addends times it; counters whole.
-
-    Two peers' halves of the same promotion make one promotion, in either order:
-
-    >>> from stream_winnow.stores.base import TableSpec
-    >>> specs = [TableSpec("w", 1.0), TableSpec("b", 0.0, combine="add")]
-    >>> half = share_of(RowDelta(np.array([7]), {"w": np.array([[2.25]]), "b": np.array([[0.5]])}), specs, 0.5)
-    >>> half.values["w"].tolist(), half.values["b"].tolist()
-    ([[1.5]], [[0.25]])
-    """
-    if share == 1.0:
-        return delta
-    combine = {spec.name: spec.combine for spec in specs}
-    values = {name: (np.power(v, share) if combine[name] == "multiply" else v * share) for name, v in delta.values.items()}
-    return RowDelta(delta.feature_ids, values, delta.counters, delta.changed_events)
 
 
 def _last_of_each(values: np.ndarray) -> np.ndarray:

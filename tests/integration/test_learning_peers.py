@@ -1,4 +1,4 @@
-"""Workers sharing a model: their heartbeats in Redis, and what each applying 1/N of its step buys."""
+"""Workers sharing a model learn in rounds: their heartbeats in Redis, and what the rounds buy."""
 
 from __future__ import annotations
 
@@ -39,17 +39,19 @@ def _micro_f1(predict: Callable[[LabelledDocument], tuple[str, ...]], docs: list
 
 
 @pytest.mark.slow
-def test_two_workers_learning_a_backlog_at_half_steps_end_near_one_learner(
+def test_two_workers_learning_a_backlog_in_rounds_end_near_one_learner(
     service: Service, reuters_docs: list[LabelledDocument],  # noqa: F811
 ) -> None:  # fmt: skip
-    """Both find the other's heartbeat, learn batches of up to 400 events each on one read at half steps,
-    and the model they share scores held-out documents about as well as one learner trained on the same events."""
+    """Both find the other's heartbeat, learn in rounds of 40 events (staleness 40, one peer), and the
+    model they share scores held-out documents about as well as one learner trained on the same events."""
     from workers.embedded import free_port
 
     train, held_out = reuters_docs[:TRAIN], reuters_docs[TRAIN : TRAIN + HELD_OUT]
+    staleness = 40
     ports = [free_port(), free_port()]
     for port in ports:
-        service.start_worker(STREAM_WINNOW_HTTP_PORT=str(port), STREAM_WINNOW_BATCH_MAX_LABELS="400")  # fmt: skip
+        service.start_worker(STREAM_WINNOW_HTTP_PORT=str(port), STREAM_WINNOW_LEARN_STALENESS_EVENTS=str(staleness),
+                             STREAM_WINNOW_BATCH_MAX_LABELS="400")  # fmt: skip
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not all(http_get(port, "/readyz")[0] == 200 for port in ports):
         time.sleep(0.5)
@@ -67,6 +69,8 @@ def test_two_workers_learning_a_backlog_at_half_steps_end_near_one_learner(
         time.sleep(0.5)
     assert sum(metric(text, "stream_winnow_labelled_events_total") for text in texts) == TRAIN, service.logs()[-3000:]
     assert [metric(text, "stream_winnow_learning_peers") for text in texts] == [2.0, 2.0]
+    rounds = sum(metric(text, "stream_winnow_learning_rounds_total") for text in texts)
+    assert rounds >= TRAIN / staleness
 
     shared = open_learner(connect(service.redis_url), service.model)
     alone = build_learner("balanced-winnow")
