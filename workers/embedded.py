@@ -147,9 +147,7 @@ class _Service:
         if self._process.poll() is None:
             self._process.kill()
             self._process.wait()
-        self._log_file.close()
-        with _running_lock:
-            _running.discard(self)
+        self._release()
 
     def stop(self, *, keep_files: bool = False) -> None:
         """Terminate the process (SIGTERM, then SIGKILL) and remove its directory. Idempotent."""
@@ -160,11 +158,15 @@ class _Service:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
+        self._release()
+        if not keep_files:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _release(self) -> None:
+        """After the process ended: close its log and drop it from the services stopped at exit."""
         self._log_file.close()
         with _running_lock:
             _running.discard(self)
-        if not keep_files:
-            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 @atexit.register
