@@ -136,6 +136,8 @@ FIGURES: tuple[tuple[str, str, int], ...] = (
     ("redis_bytes_per_event", "Redis bytes / event", 1),
     ("prequential_micro_f1", "prequential micro-F1", 4),
     ("prequential_past_window_micro_f1", "prequential micro-F1 past the first window", 4),
+    ("labels_lacking_past_window", "labels a decision lacked, past the first window", 0),
+    ("alike_past_window_micro_f1", "one learner lacking the same labels, past the first window", 4),
     ("test_micro_f1", "test micro-F1", 4),
 )
 
@@ -385,15 +387,28 @@ class Clock:
     decisions_done_s: float
 
 
+class LearnedCount:
+    """The labelled events the workers have counted, as last read (written by the feeder, read by the
+    collector's thread: one float, replaced whole)."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+
 class LabelSender:
     """Sends a document's labelled event as soon as its first decision arrives (the collector's callback).
 
     So every decision is made before its own label is even sent; ``first_s`` is when the first label went.
+    ``learned_at`` keeps, per document key, the labelled events counted when its decision arrived: at
+    most one metrics poll (20 ms) and the decision's delivery later than the decision, so it overstates
+    what the decision's model had learned by that much.
     """
 
-    def __init__(self, producer: Any, messages: Messages) -> None:
+    def __init__(self, producer: Any, messages: Messages, learned: LearnedCount) -> None:
         self._producer = producer
         self._label_of = dict(zip(messages.keys, messages.labels, strict=True))
+        self.learned = learned
+        self.learned_at: dict[bytes, int] = {}
         self.first_s: float | None = None
 
     def __call__(self, key: bytes | None, now_s: float) -> None:
@@ -402,6 +417,7 @@ class LabelSender:
             return
         if self.first_s is None:
             self.first_s = time.time()
+        self.learned_at[key or b""] = int(self.learned.value)
         self._producer.send(TOPICS.labels, value, key=key)
 
 
@@ -415,10 +431,12 @@ def documents_allowed(counted: float, window: int, n: int) -> int:
 
 
 def feed_documents(
-    producer: Any, messages: Messages, workers: Sequence[ScaleWorker], window: int, timeout_s: float
-) -> tuple[float, float]:
+    producer: Any, messages: Messages, workers: Sequence[ScaleWorker], window: int, timeout_s: float,
+    learned: LearnedCount,
+) -> tuple[float, float]:  # fmt: skip
     """Send the documents in order, at most ``window`` ahead of the labelled events the workers have
-    counted, until every event is counted; returns when the first document went and when all were counted."""
+    counted (kept in ``learned``), until every event is counted; returns when the first document went and
+    when all were counted."""
     n = len(messages.keys)
     deadline = time.monotonic() + timeout_s
     sent, counted, first_s = 0, 0.0, float("nan")
@@ -431,6 +449,7 @@ def feed_documents(
             sent += 1
         time.sleep(METRICS_POLL_S)
         counted = metric_sum(workers, LABELLED_METRIC) or counted
+        learned.value = counted
         if counted >= n:
             return first_s, time.time()
         check_all_alive(workers)
@@ -449,7 +468,7 @@ def drive(
     producer = make_producer(_settings(bootstrap, "scale-documents"), _helper_client())  # type: ignore[arg-type]
     try:
         first_document_s, labels_counted_s = feed_documents(
-            producer, messages, workers, config.window, config.timeout_s
+            producer, messages, workers, config.window, config.timeout_s, labels.learned
         )
         producer.flush(120_000)
     finally:
@@ -533,14 +552,18 @@ def prequential_f1(stream: Stream, predicted: Sequence[Sequence[str]], start: in
     return micro_f1([doc.labels for doc in stream.docs[start:]], predicted[start:], stream.categories)
 
 
-def in_process_run(learner: str, stream: Stream, delay: int) -> tuple[list[tuple[str, ...]], float]:
-    """The references for a run: the same stream in one in-process learner, each document predicted
-    once the labels of all documents but the ``delay`` before it were learned; its decisions in stream
-    order, and the micro-F1 on the held-out documents once it learned them all.
+def in_process_run(
+    learner: str, stream: Stream, learned_before: Sequence[int]
+) -> tuple[list[tuple[str, ...]], float]:  # fmt: skip
+    """The references for a run: the same stream in one in-process learner, document ``i`` predicted once
+    the labels of the first ``learned_before[i]`` documents (at most ``i``) were learned; its decisions in
+    stream order, and the micro-F1 on the held-out documents once it learned them all.
 
-    ``delay`` 0 is strict prequential (``stream-winnow evaluate --prequential`` gives the same figure); a
-    run sends a document only once all but ``window`` of the labels before it are learned, whatever N,
-    so its decisions saw at least as many labels as this reference's with that delay.
+    :func:`lagging` gives the schedule of a fixed delay: delay 0 is strict prequential (``stream-winnow
+    evaluate --prequential`` gives the same figure), and a run sends a document only once all but
+    ``window`` of the labels before it are learned, whatever N, so its decisions saw at least as many
+    labels as this reference's with that delay. A run's own schedule (:func:`run_schedule`) gives the
+    figure one learner would reach with the labels the run's pods had when they decided.
     """
     from stream_winnow.learners import build_learner
     from stream_winnow.models.training import estimate_d
@@ -548,17 +571,41 @@ def in_process_run(learner: str, stream: Stream, delay: int) -> tuple[list[tuple
     model = build_learner(learner)
     estimate_d(model, model.featurizer.transform_many([doc.tokens for doc in stream.docs[:PREQUENTIAL_D_SAMPLE]]))
     vectors = [model.transform(doc.tokens) for doc in stream.docs]
-    predicted: list[tuple[str, ...]] = []
+    predicted: list[tuple[str, ...]] = [()] * len(vectors)
     learned = 0
-    for i, vector in enumerate(vectors):
-        while learned < i - delay:
+    for i in sorted(range(len(vectors)), key=lambda i: min(i, learned_before[i])):
+        while learned < min(i, learned_before[i]):
             model.learn_one(vectors[learned], stream.docs[learned].labels)
             learned += 1
-        predicted.append(model.predict_one(vector).categories)
+        predicted[i] = model.predict_one(vectors[i]).categories
     for vector, doc in zip(vectors[learned:], stream.docs[learned:], strict=True):
         model.learn_one(vector, doc.labels)
     test = [model.predict_one(doc.tokens).categories for doc in stream.test]
     return predicted, micro_f1([doc.labels for doc in stream.test], test, stream.categories)
+
+
+def lagging(n: int, delay: int) -> list[int]:
+    """Document ``i`` predicted with the labels of all documents but the ``delay`` before it.
+
+    >>> lagging(5, 2)
+    [0, 0, 0, 1, 2]
+    """
+    return [max(0, i - delay) for i in range(n)]
+
+
+def run_schedule(stream: Stream, learned_at: Mapping[bytes, int]) -> list[int]:
+    """Per document in stream order, the labelled events counted when its decision arrived (0 if none did)."""
+    return [learned_at.get(doc.id.encode(), 0) for doc in stream.docs]
+
+
+def labels_lacking(schedule: Sequence[int], start: int) -> float:
+    """Mean labels of earlier documents a decision's model lacked, from document ``start`` on.
+
+    >>> labels_lacking([0, 0, 1, 1, 4], 2)
+    1.0
+    """
+    lacking = [max(0, i - learned) for i, learned in enumerate(schedule)][start:]
+    return sum(lacking) / len(lacking) if lacking else 0.0
 
 
 # Counters read from every worker before and after a run's stream; the run reports their differences.
@@ -575,6 +622,7 @@ class Measured:
     counts: dict[str, float]
     decisions: list[bytes]
     dead_letters: int
+    learned_at: dict[bytes, int]
 
 
 def measure(
@@ -584,7 +632,7 @@ def measure(
     from workers.transport import make_producer
 
     label_producer = make_producer(_settings(bootstrap, "scale-labels"), _helper_client())  # type: ignore[arg-type]
-    labels = LabelSender(label_producer, messages)
+    labels = LabelSender(label_producer, messages, LearnedCount())
     collector = Collector(bootstrap, [TOPICS.decisions, TOPICS.dead_letters], latency=True, on_message=labels,
                           partitions=config.partitions).start_and_wait()  # fmt: skip
     workers: list[ScaleWorker] = []
@@ -601,15 +649,21 @@ def measure(
         stop_workers(workers)
         collector.stop()
         label_producer.close()
-    return Measured(clock, cpu_s, redis_s, counts, collector.values(), collector.counts[TOPICS.dead_letters])
+    return Measured(
+        clock, cpu_s, redis_s, counts, collector.values(), collector.counts[TOPICS.dead_letters], labels.learned_at
+    )
 
 
-def figures(measured: Measured, stream: Stream, window: int, accounted_bytes: int, test_f1: float) -> dict[str, Any]:
+def figures(
+    measured: Measured, stream: Stream, config: ScaleConfig, accounted_bytes: int, test_f1: float
+) -> dict[str, Any]:  # fmt: skip
     """Every figure of :data:`FIGURES` of one run, and the counts behind them."""
-    clock, counts = measured.clock, measured.counts
+    clock, counts, window = measured.clock, measured.counts, config.window
     events = len(stream.docs)
     decided = first_decisions(measured.decisions)
     predicted = [decided.get(doc.id, ()) for doc in stream.docs]
+    schedule = run_schedule(stream, measured.learned_at)
+    alike = in_process_run(config.learner, stream, schedule)[0]
     return {
         "events": events,
         "events_per_s": events / (clock.labels_counted_s - clock.first_label_s),
@@ -622,6 +676,8 @@ def figures(measured: Measured, stream: Stream, window: int, accounted_bytes: in
         "redis_bytes_per_event": accounted_bytes / events,
         "prequential_micro_f1": prequential_f1(stream, predicted),
         "prequential_past_window_micro_f1": prequential_f1(stream, predicted, window),
+        "labels_lacking_past_window": labels_lacking(schedule, window),
+        "alike_past_window_micro_f1": prequential_f1(stream, alike, window),
         "test_micro_f1": test_f1,
         "decisions": len(decided),
         "dead_letters": measured.dead_letters,
@@ -645,7 +701,7 @@ def run_once(config: ScaleConfig, n: int, stream: Stream, messages: Messages, lo
         measured = measure(config, n, broker.bootstrap_servers, redis_nodes, messages, log_dir)
         accounted_bytes = accounted_memory(redis_nodes.url, config.learner)
         test_f1 = holdout_micro_f1(redis_nodes.url, stream)
-    return {"workers": n, **figures(measured, stream, config.window, accounted_bytes, test_f1)}
+    return {"workers": n, **figures(measured, stream, config, accounted_bytes, test_f1)}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -773,14 +829,16 @@ def run_scale(config: ScaleConfig, say: Callable[[str], None] = lambda _: None) 
     stream = load_stream(config)
     say(f"stream: {stream.description}")
     messages = encode_stream(stream.docs)
-    strict = prequential_f1(stream, in_process_run(config.learner, stream, 0)[0])
-    late, test = in_process_run(config.learner, stream, config.window)
+    strict = prequential_f1(stream, in_process_run(config.learner, stream, lagging(len(stream.docs), 0))[0])
+    late, test = in_process_run(config.learner, stream, lagging(len(stream.docs), config.window))
     reference = {"strict_micro_f1": strict, "prequential_micro_f1": prequential_f1(stream, late),
                  "prequential_past_window_micro_f1": prequential_f1(stream, late, config.window),
                  "test_micro_f1": test}  # fmt: skip
-    say(f"in process: prequential micro-F1 {strict:.4f} strict, {reference['prequential_micro_f1']:.4f} "
+    say(
+        f"in process: prequential micro-F1 {strict:.4f} strict, {reference['prequential_micro_f1']:.4f} "
         f"{config.window:,} documents late ({reference['prequential_past_window_micro_f1']:.4f} past the first "
-        f"window); test micro-F1 {test:.4f}")
+        f"window); test micro-F1 {test:.4f}"
+    )
     started = datetime.now(UTC).isoformat(timespec="seconds")
     load_start = os.getloadavg()[0]
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in config.workers}

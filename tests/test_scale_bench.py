@@ -17,6 +17,7 @@ import benchmarks.scale as scale
 from benchmarks.scale import (
     FIGURES,
     LabelSender,
+    LearnedCount,
     Messages,
     ScaleConfig,
     accounted_keys,
@@ -112,12 +113,27 @@ class _Producer:
 
 def test_a_label_goes_once_when_its_documents_first_decision_arrives() -> None:
     producer = _Producer()
-    sender = LabelSender(producer, Messages([b"a", b"b"], [b"doc-a", b"doc-b"], [b"label-a", b"label-b"]))
+    learned = LearnedCount()
+    sender = LabelSender(producer, Messages([b"a", b"b"], [b"doc-a", b"doc-b"], [b"label-a", b"label-b"]), learned)
     assert sender.first_s is None
     for key in (b"b", b"b", b"zzz", b"a", None):
         sender(key, 0.0)
+        learned.value += 1
     assert producer.sent == [("labels", b"label-b", b"b"), ("labels", b"label-a", b"a")]
     assert sender.first_s is not None
+    # what the workers had counted when each document's first decision arrived
+    assert sender.learned_at == {b"b": 0, b"a": 3}
+
+
+def test_the_in_process_reference_never_learns_a_documents_own_label_before_predicting_it() -> None:
+    stream = scale.load_stream(ScaleConfig(synthetic=200))
+    n = len(stream.docs)
+    strict, _ = scale.in_process_run("balanced-winnow", stream, scale.lagging(n, 0))
+    # counts taken after later labels were learned are capped at the document's own position
+    assert scale.in_process_run("balanced-winnow", stream, [n] * n)[0] == strict
+    late, _ = scale.in_process_run("balanced-winnow", stream, scale.lagging(n, 50))
+    assert late != strict
+    assert scale.labels_lacking(scale.lagging(n, 50), 50) == 50.0
 
 
 def test_only_a_documents_first_decision_counts() -> None:
