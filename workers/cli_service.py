@@ -143,7 +143,7 @@ def setup_logging(fmt: str, level: str) -> None:
         help="Records per batch at most: one Redis read for scoring, one script per shard for learning.")
 @option("--batch-max-labels", type=click.IntRange(min=1), default=4000, show_default=True,
         help="Records per batch at most when a batch holds only labelled events (a backlog of them).")
-@option("--learn-staleness-events", type=click.IntRange(min=1), default=150, show_default=True,
+@option("--learn-staleness-events", type=click.IntRange(min=1), default=60, show_default=True,
         help="With other workers learning the same model, learn in rounds that miss at most this many "
              "of their events (smaller: closer to one learner, more Redis work an event).")
 @option("--batch-linger-ms", type=click.IntRange(0, MAX_BATCH_LINGER_MS), default=0, show_default=True,

@@ -84,10 +84,13 @@ class WorkerConfig:
     batch_max_labels: int = 4000
     # With peers learning the same model, a worker learns a batch in rounds, reading the rows again
     # before each, so that a round misses at most this many of the others' events (stream_winnow/
-    # shared/learning_peers.py): rounds of 150 / (peers - 1) events. Balanced Winnow on the ModApte stream,
-    # 4 workers: final micro-F1 0.05-0.45 learning whole batches of 2,000 on one read, 0.66 with
-    # rounds of 250 and 0.82 with rounds of 50, as one worker's 0.81 (benchmarks/scale.py).
-    learn_staleness_events: int = 150
+    # shared/learning_peers.py): rounds of 60 / (peers - 1) events. Balanced Winnow on the ModApte stream
+    # (benchmarks/scale.py, 4 workers, medians of 3): whole batches of 2,000 on one read left a final
+    # micro-F1 of 0.05-0.45; with rounds the final model matches one worker's (0.80), and the bound
+    # sets how far the stream's decisions fall behind one learner lacking the same labels: past the
+    # first window 0.764 against 0.782 at 150, 0.780 against 0.784 at 60, 0.787 against 0.760 at 30,
+    # for 1,676 / 1,906 / 2,364 worker and 556 / 638 / 720 Redis CPU µs an event.
+    learn_staleness_events: int = 60
     # How long a batch may wait for more records after its first ones, up to batch_max_docs (0:
     # take what one fetch brought). Below saturation it buys CPU with latency, more latency than the
     # linger itself: at 18,700 documents/s (half this machine's maximum that day), 15 ms took the

@@ -13,11 +13,11 @@ Each learning worker keeps ``sw:{<model>}:learners``, a sorted set of worker ids
 heartbeat (Unix seconds, the worker's clock): one ZADD, ZREMRANGEBYSCORE and ZCARD a batch, one
 round trip. A worker that stops cleanly leaves; one that dies drops out after ``ttl_s``.
 
->>> round_events(4000, peers=1, staleness_events=150)
+>>> round_events(4000, peers=1, staleness_events=60)
 4000
->>> round_events(4000, peers=4, staleness_events=150)
-50
->>> round_events(4000, peers=400, staleness_events=150)
+>>> round_events(4000, peers=4, staleness_events=60)
+20
+>>> round_events(4000, peers=400, staleness_events=60)
 1
 """
 
