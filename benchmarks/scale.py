@@ -16,18 +16,20 @@ busy spell of the machine touches them alike), one run:
    ``tokens``, so no document-cache lookup) goes to ``labels`` as soon as its decision arrives here, so
    every decision is made before its own label is sent. Documents are sent while fewer than
    ``--window`` (2,000, the worker's ``--batch-max-docs``) of them are ahead of the labelled events
-   the workers have counted, whatever N: how late labels come is the stream's, not the pods', so a
-   decision's model lacks at most that many earlier labels at every N, and the N share the window
-   (4 pods: batches of about 500).
+   the model has applied (read from Redis every 20 ms, not from the workers, whose ``/metrics``
+   would cost each 1.7 ms of CPU a request), whatever N: how late labels come is the stream's, not
+   the pods', so a decision's model lacks at most that many earlier labels at every N, and the N
+   share the window (4 pods: batches of about 500).
 
 What a run reports, and how:
 
-- **labelled events/s**: events ÷ (first label sent → the first poll, every 20 ms, of the workers'
-  ``/metrics`` that finds all of them in their labelled-events counters, summed);
+- **labelled events/s**: events ÷ (first label sent → the first poll, every 20 ms, of the model's
+  watermark hash in Redis that finds all of them applied); the workers' labelled-events counters,
+  read once after the stream, must agree;
 - **documents/s**: decisions ÷ (first document sent → the last decision arriving here); with the
   window it follows the learning rate;
 - **worker CPU µs per labelled event**: the workers' utime + stime (``/proc/<pid>/stat``) from just
-  before the first document is sent until every label is counted and every decision has arrived, ÷
+  before the first document is sent until every label is applied and every decision has arrived, ÷
   labelled events. The span holds the scoring of as many documents as there are events, so it is the
   cost of a document *and* its labelled event; **per message** divides the same CPU by events +
   documents. There is no label-only phase: learning alone is not what the pods do;
@@ -388,11 +390,45 @@ class Clock:
 
 
 class LearnedCount:
-    """The labelled events the workers have counted, as last read (written by the feeder, read by the
+    """The labelled events the model has applied, as last read (written by the feeder, read by the
     collector's thread: one float, replaced whole)."""
 
     def __init__(self) -> None:
         self.value = 0.0
+
+
+def applied_events(marks: Mapping[bytes, bytes], topic: str) -> int:
+    """Labelled events applied, from the model's watermark hash: the events seen of each ``topic`` partition.
+
+    >>> applied_events({b"labels:0": b"41", b"labels:0#n": b"42", b"labels:3#n": b"7", b"documents:1": b"9"}, "labels")
+    49
+    """
+    prefix = topic.encode() + b":"
+    return sum(int(v) for k, v in marks.items() if k.startswith(prefix) and k.endswith(b"#n"))
+
+
+class AppliedEvents:
+    """Reads how many labelled events the model has applied from Redis (one HGETALL of the model's
+    watermark hash, which every learning batch updates in its atomic step).
+
+    Asking the workers instead (their ``/metrics``, 1.7 ms of a worker's CPU a request here, every
+    ``METRICS_POLL_S``) would add about 90 ms a second to each worker's CPU and so grow the CPU an event
+    with N and the run's length; one HGETALL costs Redis a few µs.
+    """
+
+    def __init__(self, redis_url: str) -> None:
+        from stream_winnow.models.named import connect
+        from stream_winnow.stores.redis.keys import ModelKeys
+
+        self._client = connect(redis_url)
+        self._key = ModelKeys(MODEL, 1).model_watermark_key
+
+    def __call__(self) -> int:
+        marks: Mapping[bytes, bytes] = self._client.hgetall(self._key)  # type: ignore[assignment]  # bytes: no decoding
+        return applied_events(marks, TOPICS.labels)
+
+    def close(self) -> None:
+        self._client.close()
 
 
 class LabelSender:
@@ -432,11 +468,11 @@ def documents_allowed(counted: float, window: int, n: int) -> int:
 
 def feed_documents(
     producer: Any, messages: Messages, workers: Sequence[ScaleWorker], window: int, timeout_s: float,
-    learned: LearnedCount,
+    learned: LearnedCount, applied: Callable[[], int],
 ) -> tuple[float, float]:  # fmt: skip
-    """Send the documents in order, at most ``window`` ahead of the labelled events the workers have
-    counted (kept in ``learned``), until every event is counted; returns when the first document went and
-    when all were counted."""
+    """Send the documents in order, at most ``window`` ahead of the labelled events the model has applied
+    (``applied``, kept in ``learned``), until every event is; returns when the first document went and
+    when all were applied."""
     n = len(messages.keys)
     deadline = time.monotonic() + timeout_s
     sent, counted, first_s = 0, 0.0, float("nan")
@@ -448,7 +484,7 @@ def feed_documents(
             producer.send(TOPICS.documents, messages.documents[sent], key=messages.keys[sent])
             sent += 1
         time.sleep(METRICS_POLL_S)
-        counted = metric_sum(workers, LABELLED_METRIC) or counted
+        counted = applied()
         learned.value = counted
         if counted >= n:
             return first_s, time.time()
@@ -459,16 +495,16 @@ def feed_documents(
 
 def drive(
     config: ScaleConfig, bootstrap: str, workers: Sequence[ScaleWorker], collector: Collector,
-    labels: LabelSender, messages: Messages,
+    labels: LabelSender, messages: Messages, applied: Callable[[], int],
 ) -> Clock:  # fmt: skip
-    """Stream the documents (their labels follow their decisions) until every label is counted and every
+    """Stream the documents (their labels follow their decisions) until every label is applied and every
     decision has arrived."""
     from workers.transport import make_producer
 
     producer = make_producer(_settings(bootstrap, "scale-documents"), _helper_client())  # type: ignore[arg-type]
     try:
         first_document_s, labels_counted_s = feed_documents(
-            producer, messages, workers, config.window, config.timeout_s, labels.learned
+            producer, messages, workers, config.window, config.timeout_s, labels.learned, applied
         )
         producer.flush(120_000)
     finally:
@@ -609,7 +645,7 @@ def labels_lacking(schedule: Sequence[int], start: int) -> float:
 
 
 # Counters read from every worker before and after a run's stream; the run reports their differences.
-_COUNTED = (CONFLICTS_METRIC, RETRIES_METRIC, DUPLICATES_METRIC, UPDATES_METRIC, DEAD_LETTERS_METRIC)
+_COUNTED = (LABELLED_METRIC, CONFLICTS_METRIC, RETRIES_METRIC, DUPLICATES_METRIC, UPDATES_METRIC, DEAD_LETTERS_METRIC)
 
 
 @dataclass(frozen=True)
@@ -636,12 +672,13 @@ def measure(
     collector = Collector(bootstrap, [TOPICS.decisions, TOPICS.dead_letters], latency=True, on_message=labels,
                           partitions=config.partitions).start_and_wait()  # fmt: skip
     workers: list[ScaleWorker] = []
+    applied = AppliedEvents(redis_nodes.url)
     try:
         workers = start_workers(config, n, bootstrap, redis_nodes.url, log_dir)
         wait_assigned(workers, config.partitions, READY_TIMEOUT_S)
         before = {name: metric_sum(workers, name) or 0.0 for name in _COUNTED}
         cpu_before, redis_before = workers_cpu_s(workers), redis_cpu_s(redis_nodes.nodes)
-        clock = drive(config, bootstrap, workers, collector, labels, messages)
+        clock = drive(config, bootstrap, workers, collector, labels, messages, applied)
         cpu_s = workers_cpu_s(workers) - cpu_before
         redis_s = redis_cpu_s(redis_nodes.nodes) - redis_before
         counts = {name: (metric_sum(workers, name) or 0.0) - before[name] for name in _COUNTED}
@@ -649,6 +686,7 @@ def measure(
         stop_workers(workers)
         collector.stop()
         label_producer.close()
+        applied.close()
     return Measured(
         clock, cpu_s, redis_s, counts, collector.values(), collector.counts[TOPICS.dead_letters], labels.learned_at
     )
@@ -681,6 +719,7 @@ def figures(
         "test_micro_f1": test_f1,
         "decisions": len(decided),
         "dead_letters": measured.dead_letters,
+        "labelled_counted": counts[LABELLED_METRIC],
         "duplicates": counts[DUPLICATES_METRIC],
         "updates_applied": counts[UPDATES_METRIC],
         "labels_s": clock.labels_counted_s - clock.first_label_s,
