@@ -88,8 +88,8 @@ class WorkerConfig:
     # (benchmarks/scale.py, 4 workers, medians of 3): whole batches of 2,000 on one read left a final
     # micro-F1 of 0.05-0.45; with rounds the final model matches one worker's (0.80), and the bound
     # sets how far the stream's decisions fall behind one learner lacking the same labels: past the
-    # first window 0.764 against 0.782 at 150, 0.780 against 0.784 at 60, 0.787 against 0.760 at 30,
-    # for 1,676 / 1,906 / 2,364 worker and 556 / 638 / 720 Redis CPU µs an event.
+    # first window 0.735 against 0.767 at 150, 0.770 against 0.775 at 60, 0.780 against 0.774 at 30,
+    # for 1,236 / 1,526 / 1,790 worker and 501 / 656 / 682 Redis CPU µs an event.
     learn_staleness_events: int = 60
     # How long a batch may wait for more records after its first ones, up to batch_max_docs (0:
     # take what one fetch brought). Below saturation it buys CPU with latency, more latency than the
