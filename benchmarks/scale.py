@@ -51,7 +51,10 @@ What a run reports, and how:
   of all but the window's documents before it were learned (the most the window lets a run's
   decisions lack), and strict prequential (delay 0);
 - **test micro-F1**: the final model, read from Redis into memory, on the ModApte test split; the
-  header gives the same for the in-process learner once it learned the whole stream.
+  header gives the same for the in-process learner once it learned the whole stream, and **the run's
+  label order** for one that learned the documents in the order the run sent their labels (decisions
+  arrive from several partitions, so that order is not the stream's, and a mistake-driven rule's
+  final model depends on it).
 
 Each figure is the median of the repeats, with min and max. A run in which a worker exits or the
 stream stalls has no figures: the table counts it, quotes its error and names its logs' directory,
@@ -141,6 +144,7 @@ FIGURES: tuple[tuple[str, str, int], ...] = (
     ("labels_lacking_past_window", "labels a decision lacked, past the first window", 0),
     ("alike_past_window_micro_f1", "one learner lacking the same labels, past the first window", 4),
     ("test_micro_f1", "test micro-F1", 4),
+    ("same_order_test_micro_f1", "one learner, the run's label order: test micro-F1", 4),
 )
 
 
@@ -620,6 +624,27 @@ def in_process_run(
     return predicted, micro_f1([doc.labels for doc in stream.test], test, stream.categories)
 
 
+def in_process_test_f1(learner: str, stream: Stream, order: Sequence[bytes]) -> float:
+    """Micro-F1 on the held-out documents of one in-process learner that learned the stream's documents in
+    ``order`` (document keys: the order a run sent their labels in; any left out follow in stream order).
+
+    Mistake-driven rules depend on the order of their mistakes, and a run's labels go out as decisions
+    arrive from 4 partitions, not in stream order: this is the final model a run's pods should match.
+    """
+    from stream_winnow.learners import build_learner
+    from stream_winnow.models.training import estimate_d
+
+    model = build_learner(learner)
+    estimate_d(model, model.featurizer.transform_many([doc.tokens for doc in stream.docs[:PREQUENTIAL_D_SAMPLE]]))
+    position = {doc.id.encode(): i for i, doc in enumerate(stream.docs)}
+    sequence = [position[key] for key in order if key in position]
+    sequence += sorted(set(range(len(stream.docs))) - set(sequence))
+    for i in sequence:
+        model.learn_one(model.transform(stream.docs[i].tokens), stream.docs[i].labels)
+    test = [model.predict_one(doc.tokens).categories for doc in stream.test]
+    return micro_f1([doc.labels for doc in stream.test], test, stream.categories)
+
+
 def lagging(n: int, delay: int) -> list[int]:
     """Document ``i`` predicted with the labels of all documents but the ``delay`` before it.
 
@@ -717,6 +742,7 @@ def figures(
         "labels_lacking_past_window": labels_lacking(schedule, window),
         "alike_past_window_micro_f1": prequential_f1(stream, alike, window),
         "test_micro_f1": test_f1,
+        "same_order_test_micro_f1": in_process_test_f1(config.learner, stream, list(measured.learned_at)),
         "decisions": len(decided),
         "dead_letters": measured.dead_letters,
         "labelled_counted": counts[LABELLED_METRIC],

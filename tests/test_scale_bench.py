@@ -131,6 +131,9 @@ def test_the_in_process_reference_never_learns_a_documents_own_label_before_pred
     strict, _ = scale.in_process_run("balanced-winnow", stream, scale.lagging(n, 0))
     # counts taken after later labels were learned are capped at the document's own position
     assert scale.in_process_run("balanced-winnow", stream, [n] * n)[0] == strict
+    # the final model of labels learned in stream order is the strict run's
+    in_order = scale.in_process_test_f1("balanced-winnow", stream, [doc.id.encode() for doc in stream.docs])
+    assert in_order == scale.in_process_run("balanced-winnow", stream, scale.lagging(n, 0))[1]
     late, _ = scale.in_process_run("balanced-winnow", stream, scale.lagging(n, 50))
     assert late != strict
     assert scale.labels_lacking(scale.lagging(n, 50), 50) == 50.0
