@@ -126,8 +126,9 @@ WINDOW_DOCS = 2000
 READY_TIMEOUT_S = 120.0
 # The assignment must stay unchanged this long before the stream is sent.
 SETTLE_S = 1.0
-# How often the workers' counters are read while the stream drains: the labelled-events timing resolution.
-METRICS_POLL_S = 0.02
+# How often the model's applied events are read from Redis while the stream drains: the labelled-events
+# timing resolution.
+PROGRESS_POLL_S = 0.02
 _ASSIGNMENT_POLL_S = 0.1
 # Columns of the table: (key in a run's figures, heading, decimals).
 FIGURES: tuple[tuple[str, str, int], ...] = (
@@ -416,7 +417,7 @@ class AppliedEvents:
     watermark hash, which every learning batch updates in its atomic step).
 
     Asking the workers instead (their ``/metrics``, 1.7 ms of a worker's CPU a request here, every
-    ``METRICS_POLL_S``) would add about 90 ms a second to each worker's CPU and so grow the CPU an event
+    ``PROGRESS_POLL_S``) would add about 90 ms a second to each worker's CPU and so grow the CPU an event
     with N and the run's length; one HGETALL costs Redis a few µs.
     """
 
@@ -439,9 +440,9 @@ class LabelSender:
     """Sends a document's labelled event as soon as its first decision arrives (the collector's callback).
 
     So every decision is made before its own label is even sent; ``first_s`` is when the first label went.
-    ``learned_at`` keeps, per document key, the labelled events counted when its decision arrived: at
-    most one metrics poll (20 ms) and the decision's delivery later than the decision, so it overstates
-    what the decision's model had learned by that much.
+    ``learned_at`` keeps, per document key (in the order the labels went), the labelled events applied
+    when its decision arrived, as last read: up to one poll (``PROGRESS_POLL_S``) plus the decision's
+    delivery after the decision, so it can overstate what the decision's model had learned by that much.
     """
 
     def __init__(self, producer: Any, messages: Messages, learned: LearnedCount) -> None:
@@ -487,7 +488,7 @@ def feed_documents(
         while sent < allowed:
             producer.send(TOPICS.documents, messages.documents[sent], key=messages.keys[sent])
             sent += 1
-        time.sleep(METRICS_POLL_S)
+        time.sleep(PROGRESS_POLL_S)
         counted = applied()
         learned.value = counted
         if counted >= n:
