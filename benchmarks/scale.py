@@ -84,7 +84,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.service.collector import Collector
 from benchmarks.service.config import _helper_client, _settings
@@ -103,6 +103,9 @@ from stream_winnow.wire.codec import (
     encode_labelled_event,
 )
 from workers.config import Topics as TopicNames
+
+if TYPE_CHECKING:
+    from stream_winnow.learners.base import Learner
 
 __all__ = ["ScaleConfig", "main", "run_scale"]
 
@@ -593,6 +596,17 @@ def prequential_f1(stream: Stream, predicted: Sequence[Sequence[str]], start: in
     return micro_f1([doc.labels for doc in stream.docs[start:]], predicted[start:], stream.categories)
 
 
+def reference_learner(learner: str, stream: Stream) -> Learner:
+    """A new in-process ``learner`` with d fixed from the stream's first documents, as :func:`create_model`
+    fixes the run's."""
+    from stream_winnow.learners import build_learner
+    from stream_winnow.models.training import estimate_d
+
+    model = build_learner(learner)
+    estimate_d(model, model.featurizer.transform_many([doc.tokens for doc in stream.docs[:PREQUENTIAL_D_SAMPLE]]))
+    return model
+
+
 def in_process_run(
     learner: str, stream: Stream, learned_before: Sequence[int]
 ) -> tuple[list[tuple[str, ...]], float]:  # fmt: skip
@@ -606,11 +620,7 @@ def in_process_run(
     labels as this reference's with that delay. A run's own schedule (:func:`run_schedule`) gives the
     figure one learner would reach with the labels the run's pods had when they decided.
     """
-    from stream_winnow.learners import build_learner
-    from stream_winnow.models.training import estimate_d
-
-    model = build_learner(learner)
-    estimate_d(model, model.featurizer.transform_many([doc.tokens for doc in stream.docs[:PREQUENTIAL_D_SAMPLE]]))
+    model = reference_learner(learner, stream)
     vectors = [model.transform(doc.tokens) for doc in stream.docs]
     predicted: list[tuple[str, ...]] = [()] * len(vectors)
     learned = 0
@@ -632,11 +642,7 @@ def in_process_test_f1(learner: str, stream: Stream, order: Sequence[bytes]) -> 
     Mistake-driven rules depend on the order of their mistakes, and a run's labels go out as decisions
     arrive from 4 partitions, not in stream order: this is the final model a run's pods should match.
     """
-    from stream_winnow.learners import build_learner
-    from stream_winnow.models.training import estimate_d
-
-    model = build_learner(learner)
-    estimate_d(model, model.featurizer.transform_many([doc.tokens for doc in stream.docs[:PREQUENTIAL_D_SAMPLE]]))
+    model = reference_learner(learner, stream)
     position = {doc.id.encode(): i for i, doc in enumerate(stream.docs)}
     sequence = [position[key] for key in order if key in position]
     sequence += sorted(set(range(len(stream.docs))) - set(sequence))
