@@ -35,7 +35,9 @@ What a run reports, and how:
   documents. There is no label-only phase: learning alone is not what the pods do;
 - **Redis CPU µs per labelled event**: ``INFO cpu`` used_cpu_sys + used_cpu_user, summed over every
   master, over the same span ÷ labelled events; it holds the documents' scoring reads and their
-  document-cache writes as well as the learning writes;
+  document-cache writes as well as the learning writes. The report also splits it by command
+  (``INFO commandstats`` µs over the same span ÷ labelled events; a script's figure holds the
+  commands it calls), which names where Redis spends its time as N grows;
 - **conflicts** and **retries**: the workers' counters named by ``CONFLICTS_METRIC`` and
   ``RETRIES_METRIC``, summed (0 where a worker does not expose the metric);
 - **Redis bytes per labelled event**: ``MEMORY USAGE ... SAMPLES 0`` summed over the model's keys
@@ -274,6 +276,39 @@ def redis_cpu_s(nodes: Iterable[tuple[str, int]]) -> float:
             client.close()
         total += float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
     return total
+
+
+def redis_commands(nodes: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    """Per command, its calls and µs (``INFO commandstats``) summed over ``nodes``. A script's µs hold
+    those of the commands it calls, which are counted under their own names as well."""
+    import redis
+
+    total: dict[str, tuple[int, int]] = {}
+    for host, port in nodes:
+        client = redis.Redis(host=host, port=port)
+        try:
+            info = client.info("commandstats")
+        finally:
+            client.close()
+        for name, stats in info.items():
+            calls, usec = total.get(name.removeprefix("cmdstat_"), (0, 0))
+            total[name.removeprefix("cmdstat_")] = (calls + int(stats["calls"]), usec + int(stats["usec"]))
+    return total
+
+
+def commands_spent(before: Mapping[str, tuple[int, int]], after: Mapping[str, tuple[int, int]],
+                   events: int) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Per command called between ``before`` and ``after``, its calls and µs per labelled event.
+
+    >>> commands_spent({"get": (10, 50)}, {"get": (30, 250), "set": (4, 40)}, 2)
+    {'get': {'calls_per_event': 10.0, 'us_per_event': 100.0}, 'set': {'calls_per_event': 2.0, 'us_per_event': 20.0}}
+    """
+    out = {}
+    for name, (calls, usec) in sorted(after.items()):
+        calls_before, usec_before = before.get(name, (0, 0))
+        if calls > calls_before:
+            out[name] = {"calls_per_event": (calls - calls_before) / events, "us_per_event": (usec - usec_before) / events}
+    return out
 
 
 def create_model(redis_url: str, learner: str, docs: Sequence[LabelledDocument]) -> None:
@@ -687,6 +722,7 @@ class Measured:
     clock: Clock
     worker_cpu_s: float
     redis_cpu_s: float
+    redis_commands: dict[str, dict[str, float]]
     counts: dict[str, float]
     decisions: list[bytes]
     dead_letters: int
@@ -710,9 +746,11 @@ def measure(
         wait_assigned(workers, config.partitions, READY_TIMEOUT_S)
         before = {name: metric_sum(workers, name) or 0.0 for name in _COUNTED}
         cpu_before, redis_before = workers_cpu_s(workers), redis_cpu_s(redis_nodes.nodes)
+        commands_before = redis_commands(redis_nodes.nodes)
         clock = drive(config, bootstrap, workers, collector, labels, messages, applied)
         cpu_s = workers_cpu_s(workers) - cpu_before
         redis_s = redis_cpu_s(redis_nodes.nodes) - redis_before
+        commands = commands_spent(commands_before, redis_commands(redis_nodes.nodes), len(messages.labels))
         counts = {name: (metric_sum(workers, name) or 0.0) - before[name] for name in _COUNTED}
     finally:
         stop_workers(workers)
@@ -720,7 +758,7 @@ def measure(
         label_producer.close()
         applied.close()
     return Measured(
-        clock, cpu_s, redis_s, counts, collector.values(), collector.counts[TOPICS.dead_letters], labels.learned_at
+        clock, cpu_s, redis_s, commands, counts, collector.values(), collector.counts[TOPICS.dead_letters], labels.learned_at
     )
 
 
@@ -760,6 +798,7 @@ def figures(
         "worker_cpu_s": measured.worker_cpu_s,
         "redis_cpu_s": measured.redis_cpu_s,
         "accounted_bytes": accounted_bytes,
+        "redis_commands": measured.redis_commands,
     }
 
 
@@ -792,6 +831,19 @@ def spread(values: Sequence[float]) -> dict[str, float]:
 def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """:func:`spread` of each figure of :data:`FIGURES` over ``runs`` (of one N)."""
     return {key: spread([float(run[key]) for run in runs]) for key, _, _ in FIGURES}
+
+
+def commands_median(runs: Sequence[Mapping[str, Any]], top: int = 6) -> dict[str, float]:
+    """The ``top`` commands by median Redis µs per labelled event over ``runs`` (of one N).
+
+    >>> runs = [{"redis_commands": {"get": {"us_per_event": u}, "evalsha": {"us_per_event": 9.0}}} for u in (1, 3, 2)]
+    >>> commands_median(runs)
+    {'evalsha': 9.0, 'get': 2.0}
+    """
+    names = {name for run in runs for name in run["redis_commands"]}
+    medians = {name: float(statistics.median(run["redis_commands"].get(name, {}).get("us_per_event", 0.0)
+                                             for run in runs)) for name in names}  # fmt: skip
+    return dict(sorted(medians.items(), key=lambda item: -item[1])[:top])
 
 
 def ratios(summary: Mapping[int, Mapping[str, Mapping[str, float]]]) -> dict[int, dict[str, float]]:
@@ -872,6 +924,9 @@ def markdown(results: Mapping[str, Any]) -> str:
     for n, ratio in sorted(results["ratios"].items()):
         lines.append(f"| {n} | {ratio['events_per_s']:.2f} | {ratio['events_per_s_per_pod']:.2f} | "
                      f"{ratio['worker_cpu_us_per_event']:.2f} | {ratio['redis_cpu_us_per_event']:.2f} |")  # fmt: skip
+    lines += ["", "Redis µs per labelled event by command (median; a script's figure holds the commands it calls): "
+              + "; ".join(f"N={n}: " + ", ".join(f"{name} {us:.1f}" for name, us in commands.items())
+                          for n, commands in sorted(results["redis_commands"].items()))]  # fmt: skip
     for n, messages in sorted((n, m) for n, m in failures.items() if m):
         lines += ["", f"Failed runs of {n} worker(s): " + "; ".join(failure_summary(m) for m in messages)]
     lines += ["", f"Pods one Redis node could feed at the {base_n}-worker rate: **{results['pods_per_redis_node']:.1f}** "
@@ -956,6 +1011,7 @@ def run_scale(config: ScaleConfig, say: Callable[[str], None] = lambda _: None) 
         "runs": runs,
         "failures": failures,
         "summary": summary,
+        "redis_commands": {n: commands_median(group) for n, group in runs.items() if group},
         "ratios": ratios(summary),
         "pods_per_redis_node": pods_per_redis_node(
             base["redis_cpu_us_per_event"]["median"], base["events_per_s"]["median"] / base_n

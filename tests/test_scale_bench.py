@@ -156,7 +156,7 @@ def _results(summary: dict[int, Any]) -> dict[str, Any]:
         "cpus": 2, "load_average_start": 0.5, "load_average_end": 1.5,
         "in_process": {"strict_micro_f1": 0.79, "prequential_micro_f1": 0.6,
                        "prequential_past_window_micro_f1": 0.7, "test_micro_f1": 0.81}, "summary": summary, "ratios": ratios(summary),
-        "pods_per_redis_node": 12.5,
+        "pods_per_redis_node": 12.5, "redis_commands": {1: {"evalsha": 30.5, "mget": 4.25}},
     }  # fmt: skip
 
 
@@ -172,6 +172,7 @@ def test_the_table_has_a_row_per_worker_count_and_the_ratios() -> None:
     assert "prequential micro-F1 0.6000 with the window's delay (0.7000 past the first window, 0.7900 strict), test micro-F1 0.8100" in text
     assert any(line.startswith("| 2 | 1.50 | 0.75 | 1.00 | 2.00 |") for line in lines)
     assert "**12.5**" in text
+    assert "N=1: evalsha 30.5, mget 4.2" in text
 
 
 def test_a_failed_run_is_counted_and_quoted() -> None:
@@ -198,6 +199,8 @@ def test_one_worker_over_a_small_synthetic_stream_counts_every_label() -> None:
     assert run["decisions"] == run["events"] and run["dead_letters"] == 0
     # the stream ends on the model's own count (Redis); the workers' counters agree with it
     assert run["labelled_counted"] == run["events"]
+    # learning writes go through the delta script, so it is among the commands Redis spent its time on
+    assert "evalsha" in results["redis_commands"]["1"] and run["redis_commands"]["evalsha"]["calls_per_event"] > 0
     for key, _, _ in FIGURES:
         assert math.isfinite(run[key]), key
         assert set(results["summary"]["1"][key]) == {"median", "min", "max"}
