@@ -263,33 +263,28 @@ def redis_service(cluster: bool) -> Iterator[RedisService]:
             yield RedisService(server.url, ((server.host, server.port),))
 
 
-def redis_cpu_s(nodes: Iterable[tuple[str, int]]) -> float:
-    """used_cpu_sys + used_cpu_user (``INFO cpu``) summed over ``nodes``."""
+def node_infos(nodes: Iterable[tuple[str, int]], section: str) -> Iterator[dict[str, Any]]:
+    """``INFO <section>`` of each of ``nodes``."""
     import redis
 
-    total = 0.0
     for host, port in nodes:
         client = redis.Redis(host=host, port=port)
         try:
-            info = client.info("cpu")
+            yield client.info(section)
         finally:
             client.close()
-        total += float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-    return total
+
+
+def redis_cpu_s(nodes: Iterable[tuple[str, int]]) -> float:
+    """used_cpu_sys + used_cpu_user (``INFO cpu``) summed over ``nodes``."""
+    return sum(float(info["used_cpu_sys"]) + float(info["used_cpu_user"]) for info in node_infos(nodes, "cpu"))
 
 
 def redis_commands(nodes: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
     """Per command, its calls and µs (``INFO commandstats``) summed over ``nodes``. A script's µs hold
     those of the commands it calls, which are counted under their own names as well."""
-    import redis
-
     total: dict[str, tuple[int, int]] = {}
-    for host, port in nodes:
-        client = redis.Redis(host=host, port=port)
-        try:
-            info = client.info("commandstats")
-        finally:
-            client.close()
+    for info in node_infos(nodes, "commandstats"):
         for name, stats in info.items():
             calls, usec = total.get(name.removeprefix("cmdstat_"), (0, 0))
             total[name.removeprefix("cmdstat_")] = (calls + int(stats["calls"]), usec + int(stats["usec"]))
