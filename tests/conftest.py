@@ -21,9 +21,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from workers.embedded import create_topics, start_broker, start_redis, start_redis_cluster
 from workers.transport import KafkaSettings
+
+# Timing is no test's verdict on these shared machines: no example fails for taking long.
+settings.register_profile("stream-winnow", deadline=None)
+settings.load_profile("stream-winnow")
 
 log = logging.getLogger(__name__)
 
