@@ -30,6 +30,8 @@ def learner_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--normalize/--no-normalize", default=None,
                      help="Length-normalise strengths [default: on for the Winnows, off for the others]."),
         click.option("--bigrams/--no-bigrams", default=False, show_default=True, help="Add adjacent word pairs."),
+        click.option("--idf/--no-idf", default=False, show_default=True,
+                     help="Weigh strengths by the document frequencies the model counts (mistake-driven rules)."),
         click.option("--features", "feature_set", type=click.Choice(FEATURE_SETS), default="words", show_default=True,
                      help="What the learner sees: words, the domains of --domain, or both."),
         click.option("--domain", "domain_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -62,6 +64,7 @@ def make_learner(options: dict[str, Any]) -> tuple[Learner, TrainingConfig]:
         strength=options.pop("strength") or defaults.strength,
         normalize=defaults.normalize if options.get("normalize") is None else options["normalize"],
         bigrams=options.pop("bigrams"),
+        idf=options.pop("idf"),
     )
     options.pop("normalize")
     training = TrainingConfig(

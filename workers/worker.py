@@ -51,7 +51,7 @@ from stream_winnow.learners.registry import describe, from_metadata, without_dom
 from stream_winnow.shared.document_cache import DocumentCache
 from stream_winnow.shared.learning_peers import LearningPeers, round_events
 from stream_winnow.shared.outcomes import push_outcomes
-from stream_winnow.stores.base import StaleWatermark, Update
+from stream_winnow.stores.base import RowUpdate, StaleWatermark, Update
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.delta import RowDelta, delta_between, fold_updates, sum_counters
 from stream_winnow.stores.memory import MemoryStore
@@ -570,7 +570,7 @@ class Worker:
         """Score a batch of unlabelled documents with ONE weight read and produce their decisions."""
         learner = self.learner
         started = time.perf_counter()
-        margins = learner.margins_many(batch)
+        margins = learner.margins_many(learner.weigh(batch))
         store = learner.store
         if isinstance(store, CachedStore) and store.last_version is not None:
             version, names = store.last_version, store.known_categories()  # read with the rows
@@ -767,9 +767,9 @@ class Worker:
         worker's: their deltas to the same rows both land, in either order.
         """
         store = learner.store
-        batch = self._features(items)
-        unique = batch.distinct_ids()[0]
         started = time.perf_counter()
+        batch = learner.weigh(self._features(items))  # by the counts before the batch: one read for all
+        unique = batch.distinct_ids()[0]
         snapshot = store.read_for_update(unique)
         version = store.version
         self.metrics.redis_seconds.observe(time.perf_counter() - started)
@@ -794,6 +794,11 @@ class Worker:
         for wrong in wrongs:
             if wrong:
                 sum_counters(local.bookkeeping(wrong), counters)  # type: ignore[arg-type]
+        for update in learner.counting(batch):  # every document of the batch, mistaken or not
+            if isinstance(update, RowUpdate):
+                local_store.apply([update])
+            else:
+                sum_counters([update], counters)
         values = delta_between(before, local_store.read(unique), specs)
         return RowDelta(unique, values, counters, sum(1 for wrong in wrongs if wrong)), wrongs
 

@@ -108,11 +108,15 @@ def _margins_one_by_one(
 def _margins(
     learner: Learner, docs: Sequence[LabelledDocument], learn: bool, on_progress: Callable[[int], None] | None
 ) -> np.ndarray:
-    """Each document's margins, predicted before learning from it when ``learn``."""
-    if not compiled.supports(learner):
+    """Each document's margins, predicted before learning from it when ``learn``.
+
+    With idf, a run that learns weighs each document by the counts of the documents before it, one
+    by one; one that does not weighs them all by the model's counts.
+    """
+    if not compiled.supports(learner) or (learn and learner.features.idf):
         return _margins_one_by_one(learner, docs, learn, on_progress)
     assert isinstance(learner, MistakeDriven)
-    batch = learner.featurizer.transform_many([d.tokens for d in docs])
+    batch = learner.weigh(learner.featurizer.transform_many([d.tokens for d in docs]))
     labels = [d.labels for d in docs] if learn else [()] * len(docs)
     known = learner.store.categories()
     stream = compiled.prepare(learner, batch, labels)

@@ -68,7 +68,7 @@ class BalancedWinnow(MistakeDriven):
 
     def table_specs(self) -> list[TableSpec]:
         # In units of theta/d: w+ starts at 2, w- at 1.
-        return [TableSpec("positive", 2.0), TableSpec("negative", 1.0), self.keep_spec()]
+        return [TableSpec("positive", 2.0), TableSpec("negative", 1.0), *self.feature_specs()]
 
     def linear_weights(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
         return values["positive"] - values["negative"]

@@ -23,6 +23,8 @@ import numpy as np
 from scipy import sparse
 
 from stream_winnow.errors import ConfigError
+from stream_winnow.learners import term_weights
+from stream_winnow.learners.term_weights import DF_TABLE, DOCUMENTS_COUNTER
 from stream_winnow.stores.base import CounterUpdate, TableSpec, Update, WeightStore
 from stream_winnow.stores.memory import MemoryStore
 from stream_winnow.text.domain import DomainFeatures
@@ -79,6 +81,8 @@ class Learner(ABC):
     """Base of every learning rule. Hyperparameters are constructor arguments stored as given."""
 
     name: ClassVar[str]
+    #: Whether the rule's strengths may be idf-weighted (``FeatureConfig.idf``): the linear rules'.
+    weighs_terms: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -91,6 +95,8 @@ class Learner(ABC):
             raise ConfigError(f"mode must be one of {', '.join(DECISION_MODES)}; got {mode!r}")
         self.mode = mode
         self.features = features or self.default_features()
+        if self.features.idf and not self.weighs_terms:
+            raise ConfigError(f"{self.name} counts tokens: idf weighs the strengths of the mistake-driven rules only")
         self.featurizer = Featurizer(self.features)
         self.store = store if store is not None else MemoryStore(self.table_specs())
         missing = {t.name for t in self.table_specs()} - set(self.store.tables)
@@ -124,6 +130,8 @@ class Learner(ABC):
         already holds weights, or another domain model, is refused
         (``ConfigError``); train a new model with the new domain model instead.
         """
+        if self.features.idf:
+            raise ConfigError("a domain model weighs words by its own idf: use --idf with words only")
         recorded = self.store.metadata().get("domain_version")
         if recorded != domain.model.version:
             if recorded is not None or self.store.n_features():
@@ -189,7 +197,36 @@ class Learner(ABC):
 
     # -- shared behaviour ------------------------------------------------------------------------------
     def transform(self, tokens: Sequence[str]) -> FeatureVector:
-        return self.featurizer.transform(tokens)
+        """One document's features, weighed (``weigh_vector``)."""
+        return self.weigh_vector(self.featurizer.transform(tokens))
+
+    # -- term weighting (FeatureConfig.idf; learners.term_weights) -------------------------------------
+    def _frequencies(self, feature_ids: np.ndarray) -> tuple[np.ndarray, float]:
+        """The stored document frequency of each of ``feature_ids``, and the documents counted."""
+        df = self.store.read(feature_ids)[DF_TABLE][:, 0]
+        return df, self.store.counters(DOCUMENTS_COUNTER).get("*", 0.0)
+
+    def weigh(self, batch: FeatureBatch) -> FeatureBatch:
+        """``batch`` idf-weighted by the model's counts as they are now; ``batch`` itself without idf."""
+        if not self.features.idf or not len(batch.ids):
+            return batch
+        return term_weights.weigh(batch, *self._frequencies(batch.distinct_ids()[0]))
+
+    def weigh_vector(self, vector: FeatureVector) -> FeatureVector:
+        """``weigh`` for one document."""
+        if not self.features.idf or not len(vector):
+            return vector
+        return term_weights.weigh_vector(vector, *self._frequencies(vector.ids))
+
+    def counting(self, batch: FeatureBatch | FeatureVector) -> list[Update]:
+        """The updates that count ``batch``'s documents into the model's frequencies (none without idf)."""
+        if not self.features.idf:
+            return []
+        if isinstance(batch, FeatureVector):
+            return term_weights.frequency_updates(batch.ids, np.ones(len(batch)), 1)
+        unique, inverse = batch.distinct_ids()
+        counts = np.bincount(inverse, minlength=len(unique))  # a document holds each of its ids once
+        return term_weights.frequency_updates(unique, counts, len(batch))
 
     def decide(self, margins: np.ndarray, names: Sequence[str] | None = None) -> tuple[str, ...]:
         """The categories ``margins`` decide; pass ``names`` (the store's categories) to save a lookup."""
@@ -230,7 +267,16 @@ class Learner(ABC):
         return Prediction(self.decide(margins), margins, self.store.version)
 
     def learn_one(self, tokens: Sequence[str] | FeatureVector, labels: Collection[str]) -> LearnOutcome:
+        """Learn one document (a vector from ``transform``, or tokens) and count it into the frequencies."""
         vector = tokens if isinstance(tokens, FeatureVector) else self.transform(tokens)
+        outcome = self.learn_vector(vector, labels)
+        counts = self.counting(vector)
+        if counts:
+            self.store.apply(counts)
+        return outcome
+
+    def learn_vector(self, vector: FeatureVector, labels: Collection[str]) -> LearnOutcome:
+        """Learn one weighed document without counting it (a training pass after the first)."""
         self.store.ensure_categories(list(labels))
         updates, outcome = self.updates_for(vector, labels)
         if not updates:

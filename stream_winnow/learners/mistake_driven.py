@@ -24,6 +24,7 @@ from scipy import sparse
 from stream_winnow.errors import ConfigError
 from stream_winnow.learners.base import DecisionMode, Learner, LearnOutcome
 from stream_winnow.learners.row_product import rows_product
+from stream_winnow.learners.term_weights import df_spec
 from stream_winnow.stores.base import Bounds, RowUpdate, TableSpec, Update, WeightStore
 from stream_winnow.text.domain import DomainBatch
 from stream_winnow.text.features import FeatureBatch, FeatureConfig, FeatureVector
@@ -45,6 +46,8 @@ class DiscardReport:
 
 class MistakeDriven(Learner):
     """A linear rule per category that learns only from mistakes (thick threshold during training)."""
+
+    weighs_terms = True
 
     def __init__(
         self,
@@ -99,8 +102,11 @@ class MistakeDriven(Learner):
         d = self._d if self._d is not None else np.maximum(total_strength, 1e-9)
         return self.theta / d
 
-    def keep_spec(self) -> TableSpec:
-        return TableSpec(KEEP_TABLE, 1.0, per_category=False, bounds=Bounds(0.0, 1.0))
+    def feature_specs(self) -> list[TableSpec]:
+        """The per-feature tables beside the weights: the keep flag (§4.4), and the document frequencies with idf."""
+        return [TableSpec(KEEP_TABLE, 1.0, per_category=False, bounds=Bounds(0.0, 1.0))] + (
+            [df_spec()] if self.features.idf else []
+        )
 
     # -- the rule ------------------------------------------------------------------------------------
     @abstractmethod

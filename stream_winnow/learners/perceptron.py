@@ -49,7 +49,7 @@ class Perceptron(MistakeDriven):
         )
 
     def table_specs(self) -> list[TableSpec]:
-        return [TableSpec("weight", 0.0, bounds=Bounds(-1e30, 1e30), combine="add"), self.keep_spec()]
+        return [TableSpec("weight", 0.0, bounds=Bounds(-1e30, 1e30), combine="add"), *self.feature_specs()]
 
     def linear_weights(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
         return values["weight"]

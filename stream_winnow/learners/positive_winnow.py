@@ -59,7 +59,7 @@ class PositiveWinnow(MistakeDriven):
         return FeatureConfig(normalize=True)
 
     def table_specs(self) -> list[TableSpec]:
-        return [TableSpec("weight", 1.0), self.keep_spec()]
+        return [TableSpec("weight", 1.0), *self.feature_specs()]
 
     def linear_weights(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
         return values["weight"]

@@ -74,6 +74,7 @@ def describe(learner: Learner) -> dict[str, str]:
         "strength": features.strength,
         "normalize": json.dumps(features.normalize),
         "bigrams": json.dumps(features.bigrams),
+        "idf": json.dumps(features.idf),
         "settings": json.dumps({k: v for k, v in params.items() if v is not None}, sort_keys=True),
         "feature_set": "words" if domain is None else domain.feature_set,
         **({} if domain is None else {"domain_version": domain.model.version}),
@@ -94,6 +95,7 @@ def from_metadata(metadata: Mapping[str, str], store: WeightStore | None = None)
         strength=metadata.get("strength", "sqrt"),  # type: ignore[arg-type]
         normalize=json.loads(metadata.get("normalize", "false")),
         bigrams=json.loads(metadata.get("bigrams", "false")),
+        idf=json.loads(metadata.get("idf", "false")),
     )
     settings = json.loads(metadata.get("settings", "{}"))
     learner = build_learner(

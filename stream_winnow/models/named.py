@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 
 from stream_winnow.errors import ConfigError, StoreError
 from stream_winnow.learners.base import Learner
-from stream_winnow.learners.registry import build_learner, describe, from_metadata
+from stream_winnow.learners.registry import build_learner, describe, from_metadata, without_domain
 from stream_winnow.stores.redis import RedisStore
 from stream_winnow.text.features import FeatureConfig
 
@@ -69,9 +69,10 @@ def open_learner(
         log.info("created model %s: %s", model, created)
         return created
     stored_shards = int(metadata.get("shards", shards))
-    if metadata["learner"] != learner or stored_shards != shards:
-        if metadata["learner"] != learner:
-            log.info("model %s exists with learner %s; using it", model, metadata["learner"])
-        tables = build_learner(metadata["learner"]).table_specs()
+    if metadata["learner"] != learner:
+        log.info("model %s exists with learner %s; using it", model, metadata["learner"])
+    # The model's own rule and features name its tables (idf adds one), whatever was asked for.
+    tables = from_metadata(without_domain(metadata)).table_specs()
+    if tables != probe.table_specs() or stored_shards != shards:
         store = RedisStore(client, model, tables, stored_shards)
     return from_metadata(metadata, store)

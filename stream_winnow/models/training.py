@@ -72,11 +72,17 @@ def fit(
     """Train ``learner`` on ``docs`` with up to ``config.passes`` passes; stops early on a pass without mistakes.
 
     Naive Bayes counts each document once, so it always makes exactly one pass.
-    On a ``MemoryStore`` the linear rules run through the compiled loop.
+    On a ``MemoryStore`` the linear rules run through the compiled loop. With idf the documents
+    are counted into the model's frequencies once, before the first pass, and every pass sees
+    them weighed by those counts.
     """
     config = config or TrainingConfig()
     started = time.perf_counter()
     batch = learner.featurizer.transform_many([d.tokens for d in docs])
+    counting = learner.counting(batch)
+    if counting:
+        learner.store.apply(counting)
+        batch = learner.weigh(batch)
     estimate_d(learner, batch)
     labels = [d.labels for d in docs]
     passes = config.passes if isinstance(learner, MistakeDriven) else 1
@@ -108,7 +114,7 @@ def fit(
                 learner.count_one(vectors[i], labels[i])
             count = 0
         else:
-            count = sum(learner.learn_one(vectors[i], labels[i]).mistake for i in order.tolist())
+            count = sum(learner.learn_vector(vectors[i], labels[i]).mistake for i in order.tolist())
         mistakes.append(count)
         if average is not None:
             average.add()

@@ -73,12 +73,15 @@ class FeatureConfig:
 
     ``normalize`` divides strengths by their sum, so every document has total
     strength 1 (required by Positive Winnow, §4.1; optional for the others).
-    ``bigrams`` adds one feature per adjacent token pair.
+    ``bigrams`` adds one feature per adjacent token pair. ``idf`` weighs strengths by the
+    inverse document frequencies the model counts as it learns (``learners.term_weights``;
+    mistake-driven rules on words only).
     """
 
     strength: Strength = "sqrt"
     normalize: bool = False
     bigrams: bool = False
+    idf: bool = False
 
     def __post_init__(self) -> None:
         if self.strength not in STRENGTHS:

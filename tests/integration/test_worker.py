@@ -9,8 +9,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from stream_winnow.documents import LabelledDocument
 from stream_winnow.evaluation.metrics import classification_report, label_matrix
 from stream_winnow.evaluation.runs import prequential
 from stream_winnow.learners import build_learner
+from stream_winnow.learners.term_weights import DF_TABLE, DOCUMENTS_COUNTER
 from stream_winnow.models.named import connect, open_learner
+from stream_winnow.text.features import FeatureConfig
 from stream_winnow.wire.codec import decode_dead_letter, decode_decision
 from workers.transport import KafkaSettings, make_consumer, make_producer
 
@@ -181,6 +184,35 @@ def test_two_workers_decide_every_document(service: Service, reuters_docs: list[
     learner = open_learner(connect(service.redis_url), service.model)
     assert learner.store.version > 0
     assert set(learner.store.categories()) == {label for d in docs for label in d.labels}
+
+
+def test_two_workers_count_the_frequencies_of_an_idf_model_once_per_document(
+    service: Service, reuters_docs: list[LabelledDocument]
+) -> None:
+    docs = reuters_docs[:400]
+    client = connect(service.redis_url)
+    learner = open_learner(client, service.model, mode="one-of", features=FeatureConfig(idf=True))
+    service.start_worker(STREAM_WINNOW_WORKER_ID="w1")
+    service.start_worker(STREAM_WINNOW_WORKER_ID="w2")
+    labelled = [document(replace(d, labels=d.labels[:1]), with_labels=True) for d in docs]
+    service.produce("documents", labelled)
+    decisions = service.collect("decisions", lambda m: len({d.id for d in m}) >= len(docs))
+    assert {d.worker for d in decisions} == {"w1", "w2"}, service.logs()[-3000:]
+    service.produce("documents", labelled[:100])  # sent again: decided again, not counted again
+    assert len(service.collect("decisions", lambda m: len(m) >= len(docs) + 100)) >= len(docs) + 100
+
+    def counted() -> float:
+        return learner.store.counters(DOCUMENTS_COUNTER).get("*", 0.0)
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and counted() < len(docs):
+        time.sleep(0.5)
+    time.sleep(3.0)  # a write of the resent documents, were it to come, comes now
+    assert counted() == len(docs)
+    df = Counter(learner.featurizer.token_id(t) for d in docs for t in set(d.tokens))
+    ids = np.array(sorted(df), dtype=np.int64)
+    stored = learner.store.read(ids)[DF_TABLE][:, 0]
+    np.testing.assert_array_equal(stored, [float(df[i]) for i in ids.tolist()])
 
 
 def test_prequential_through_the_service_matches_in_process(

@@ -9,6 +9,7 @@ compiled pass switched off; weights, versions and decisions must come out the sa
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,10 +22,11 @@ from redis.retry import Retry
 
 from stream_winnow.datasets.synthetic import synthetic_stream
 from stream_winnow.errors import StoreError, TransportError
+from stream_winnow.learners.term_weights import DF_TABLE, DOCUMENTS_COUNTER
 from stream_winnow.models.named import connect, open_learner
 from stream_winnow.shared.document_cache import DocumentCache
 from stream_winnow.stores.cached import CachedStore
-from stream_winnow.text.features import Featurizer
+from stream_winnow.text.features import FeatureConfig, Featurizer
 from workers.config import Topics, WorkerConfig
 from workers.embedded import start_redis
 from workers.transport import KafkaSettings, Producer, Record, make_consumer, make_producer
@@ -79,10 +81,11 @@ def _setting(prefix: str, redis_url: str, bootstrap: str, topics: Topics) -> tup
 
 
 def _run(
-    redis_url: str, bootstrap: str, topics: Topics, compiled: bool, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, bootstrap: str, topics: Topics, compiled: bool, monkeypatch: pytest.MonkeyPatch,
+    features: FeatureConfig | None = None,
 ) -> tuple[int, np.ndarray, dict[str, np.ndarray], dict[str, float]]:
     model, client, config, producer = _setting("paths", redis_url, bootstrap, topics)
-    learner = open_learner(client, model, learner="balanced-winnow")
+    learner = open_learner(client, model, learner="balanced-winnow", features=features)
     worker = Worker(config, _NoCommit(), producer, learner, DocumentCache(client, model))  # type: ignore[arg-type]
     with monkeypatch.context() as patch:
         if not compiled:
@@ -92,7 +95,8 @@ def _run(
     producer.close()
     store = learner.store
     ids = np.sort(np.concatenate([chunk for chunk, _ in store.iter_rows()]))
-    return store.version, ids, store.read(ids), store.counters("updates")
+    counted = store.counters(DOCUMENTS_COUNTER).get("*", 0.0)
+    return store.version, ids, store.read(ids), {**store.counters("updates"), "documents counted": counted}
 
 
 def test_compiled_and_text_paths_learn_the_same(
@@ -116,6 +120,24 @@ def test_compiled_and_text_paths_learn_the_same(
             if seen[topics.decisions] >= 120 and seen[topics.dead_letters] >= 2:
                 break
     assert seen == {topics.decisions: 120, topics.dead_letters: 2}
+
+
+def test_with_idf_both_paths_weigh_alike_and_count_every_learned_document_once(
+    redis_url: str, kafka_bootstrap: str, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topics = _topics(topic_factory)
+    idf = FeatureConfig(idf=True)
+    fast = _run(redis_url, kafka_bootstrap, topics, True, monkeypatch, idf)
+    slow = _run(redis_url, kafka_bootstrap, topics, False, monkeypatch, idf)
+    assert fast[0] == slow[0] > 0
+    for table in slow[2]:
+        np.testing.assert_array_equal(fast[2][table], slow[2][table])
+    assert fast[3] == slow[3]
+    learned = synthetic_stream(60, seed=3)  # 30 by their labelled events, 30 sent with their labels
+    assert fast[3]["documents counted"] == len(learned)
+    df = Counter(Featurizer(idf).token_id(t) for d in learned for t in set(d.tokens))
+    np.testing.assert_array_equal(fast[1], sorted(df))
+    np.testing.assert_array_equal(fast[2][DF_TABLE][:, 0], [float(df[i]) for i in fast[1].tolist()])
 
 
 def test_warm_up_derives_the_scoring_view_so_the_first_batch_only_gathers(
