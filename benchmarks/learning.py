@@ -25,13 +25,13 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from stream_winnow.datasets.reuters21578 import ModApteSplit, read_modapte, read_single_label
 from stream_winnow.evaluation.runs import holdout, prequential
-from stream_winnow.learners import build_learner
+from stream_winnow.learners import LEARNERS, build_learner
 from stream_winnow.learners.base import Learner
 from stream_winnow.models.training import TrainingConfig
 from stream_winnow.text.features import FeatureConfig
@@ -69,6 +69,7 @@ def accuracy_rows() -> list[Row]:
             lambda: build_learner("balanced-winnow", features=BEST_FEATURES, **BEST_SETTINGS)),
         Row("positive-winnow (defaults)", lambda: build_learner("positive-winnow")),
         Row("perceptron (defaults)", lambda: build_learner("perceptron")),
+        Row("perceptron --no-idf", lambda: build_learner("perceptron", features=FeatureConfig())),
         Row(f"perceptron {BEST_FLAGS}", lambda: build_learner("perceptron", **BEST_SETTINGS)),
         Row("multinomial-nb (defaults)", lambda: build_learner("multinomial-nb")),
         Row("bernoulli-nb (defaults)", lambda: build_learner("bernoulli-nb")),
@@ -85,10 +86,16 @@ def one_of_rows() -> list[Row]:
     rows = [Row(f"{name} (defaults)", partial(build_learner, name, mode="one-of"))
             for name in ("balanced-winnow", "positive-winnow", "perceptron", "multinomial-nb")]  # fmt: skip
     for name in ("balanced-winnow", "perceptron"):
-        rows.append(Row(f"{name} {BEST_FLAGS}", partial(build_learner, name, mode="one-of", features=BEST_FEATURES,
-                                                        **BEST_SETTINGS)))  # fmt: skip
-        rows.append(Row(f"{name} {PAIRS_FLAGS}", partial(build_learner, name, mode="one-of",
-                                                               features=PAIRS_FEATURES, **BEST_SETTINGS)))  # fmt: skip
+        # Each row as the CLI would build it: the rule's own idf default unless the label flips it.
+        defaults = LEARNERS[name].default_features()
+        idf = defaults.idf
+        flip = "--no-idf" if idf else "--idf"
+        rows.append(Row(f"{name} {flip}", partial(build_learner, name, mode="one-of",
+                                                  features=replace(defaults, idf=not idf))))  # fmt: skip
+        for features, flags in ((replace(BEST_FEATURES, idf=idf), BEST_FLAGS), (replace(PAIRS_FEATURES, idf=idf), PAIRS_FLAGS),
+                                (replace(PAIRS_FEATURES, idf=not idf), f"{PAIRS_FLAGS} {flip}")):  # fmt: skip
+            rows.append(Row(f"{name} {flags}", partial(build_learner, name, mode="one-of", features=features,
+                                                       **BEST_SETTINGS)))  # fmt: skip
     return rows
 
 
@@ -98,14 +105,19 @@ def _single_label_splits(source: str) -> dict[str, ModApteSplit]:
 
 
 def scikit_learn_rows(splits: dict[str, ModApteSplit]) -> list[dict[str, Any]]:
-    """LinearSVC on sublinear tf-idf and MultinomialNB on counts of the same tokens; [] without scikit-learn."""
+    """LinearSVC and Perceptron on sublinear tf-idf, MultinomialNB on counts of the same tokens; [] without
+    scikit-learn."""
     try:
         from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+        from sklearn.linear_model import Perceptron
         from sklearn.naive_bayes import MultinomialNB
         from sklearn.svm import LinearSVC
     except ImportError:
         return []
-    systems = [("scikit-learn LinearSVC, tf-idf", lambda: TfidfVectorizer(analyzer=list, sublinear_tf=True), LinearSVC),
+    tf_idf = partial(TfidfVectorizer, analyzer=list, sublinear_tf=True)
+    systems: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
+               ("scikit-learn LinearSVC, tf-idf", tf_idf, LinearSVC),
+               ("scikit-learn Perceptron, tf-idf", tf_idf, partial(Perceptron, random_state=0)),
                ("scikit-learn MultinomialNB, counts", lambda: CountVectorizer(analyzer=list), MultinomialNB)]  # fmt: skip
     out = []
     for label, vectorizer, model in systems:

@@ -61,8 +61,12 @@ def test_idf_is_for_the_mistake_driven_rules_on_words() -> None:
     with pytest.raises(ConfigError, match="idf weighs the strengths of the mistake-driven rules"):
         build_learner("multinomial-nb", features=FeatureConfig(strength="count", idf=True))
     domain = fit_domain_model([d.tokens for d in synthetic_stream(120, seed=2)], dimensions=8)
-    with pytest.raises(ConfigError, match="own idf"):
-        build_learner("balanced-winnow", features=IDF).use_domain(DomainFeatures(domain, "both"))
+    learner = build_learner("perceptron")  # idf by default
+    assert learner.features.idf
+    learner.use_domain(DomainFeatures(domain, "both"))  # the domain model weighs the words
+    doc = synthetic_stream(1, seed=3)[0]
+    learner.learn_one(doc.tokens, doc.labels)
+    assert learner.store.counters(DOCUMENTS_COUNTER) == {}
 
 
 def test_growing_frequencies_do_not_unsettle_a_learned_model() -> None:

@@ -15,6 +15,7 @@ from stream_winnow.evaluation.runs import prequential
 from stream_winnow.learners import LEARNERS, Learner, MistakeDriven, build_learner, describe, from_metadata
 from stream_winnow.learners.mistake_driven import KEEP_TABLE
 from stream_winnow.learners.registry import hyperparameters
+from stream_winnow.learners.term_weights import DF_TABLE
 from stream_winnow.models.training import TrainingConfig, fit
 from stream_winnow.text.features import FeatureConfig
 
@@ -163,7 +164,8 @@ def test_a_discarded_feature_neither_scores_nor_learns(name: str, learner_factor
     # A document of discarded features only scores 0 in every category.
     only_gone = learner.transform([gone, dropped[1]])
     np.testing.assert_allclose(learner.margins(only_gone), -learner.theta)
-    if not learner.features.normalize:  # (normalised strengths would change with the document's length)
+    if not (learner.features.normalize or learner.features.idf):  # (normalised or idf-weighted strengths
+        # share the document's total with every feature, discarded or not)
         np.testing.assert_allclose(
             learner.margins(learner.transform([alive, gone])), learner.margins(learner.transform([alive]))
         )
@@ -178,6 +180,8 @@ def test_a_discarded_feature_neither_scores_nor_learns(name: str, learner_factor
         if learner.store.tables[table].per_category:
             np.testing.assert_array_equal(after[table][:, : values.shape[1]], values)
             assert np.all(after[table][:, values.shape[1] :] == learner.store.tables[table].initial)
+        elif table == DF_TABLE:  # a frequency counts the document, whatever the feature's weight
+            np.testing.assert_array_equal(after[table], values + 1)
         else:
             assert after[table].shape[1] == width
             np.testing.assert_array_equal(after[table], values)

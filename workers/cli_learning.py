@@ -30,8 +30,9 @@ def learner_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--normalize/--no-normalize", default=None,
                      help="Length-normalise strengths [default: on for the Winnows, off for the others]."),
         click.option("--bigrams/--no-bigrams", default=False, show_default=True, help="Add adjacent word pairs."),
-        click.option("--idf/--no-idf", default=False, show_default=True,
-                     help="Weigh strengths by the document frequencies the model counts (mistake-driven rules)."),
+        click.option("--idf/--no-idf", default=None,
+                     help="Weigh strengths by the document frequencies the model counts [default: on for "
+                          "perceptron on words, off otherwise; mistake-driven rules]."),
         click.option("--features", "feature_set", type=click.Choice(FEATURE_SETS), default="words", show_default=True,
                      help="What the learner sees: words, the domains of --domain, or both."),
         click.option("--domain", "domain_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -64,9 +65,11 @@ def make_learner(options: dict[str, Any]) -> tuple[Learner, TrainingConfig]:
         strength=options.pop("strength") or defaults.strength,
         normalize=defaults.normalize if options.get("normalize") is None else options["normalize"],
         bigrams=options.pop("bigrams"),
-        idf=options.pop("idf"),
+        idf=defaults.idf if options.get("idf") is None else options["idf"],
     )
     options.pop("normalize")
+    if options.pop("idf") and options.get("feature_set", "words") != "words":
+        raise ConfigError("--idf weighs words only: with --features domain or both, the domain model weighs them")
     training = TrainingConfig(
         passes=options.pop("passes"),
         discard_below_mistakes=options.pop("discard_below"),

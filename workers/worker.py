@@ -794,13 +794,16 @@ class Worker:
         for wrong in wrongs:
             if wrong:
                 sum_counters(local.bookkeeping(wrong), counters)  # type: ignore[arg-type]
-        for update in learner.counting(batch):  # every document of the batch, mistaken or not
+        counting = local.counting(batch)  # every document of the batch, mistaken or not
+        for update in counting:
             if isinstance(update, RowUpdate):
                 local_store.apply([update])
             else:
                 sum_counters([update], counters)
         values = delta_between(before, local_store.read(unique), specs)
-        return RowDelta(unique, values, counters, sum(1 for wrong in wrongs if wrong)), wrongs
+        # Counting changes the model too: with idf every document moves the version, as in process.
+        changed = len(items) if counting else sum(1 for wrong in wrongs if wrong)
+        return RowDelta(unique, values, counters, changed), wrongs
 
     def _features(self, items: list[tuple[_Labelled, Tokens]]) -> FeatureBatch:
         """The items' features in order, from token hashes (compiled pass) or token texts alike."""

@@ -130,8 +130,6 @@ class Learner(ABC):
         already holds weights, or another domain model, is refused
         (``ConfigError``); train a new model with the new domain model instead.
         """
-        if self.features.idf:
-            raise ConfigError("a domain model weighs words by its own idf: use --idf with words only")
         recorded = self.store.metadata().get("domain_version")
         if recorded != domain.model.version:
             if recorded is not None or self.store.n_features():
@@ -207,20 +205,21 @@ class Learner(ABC):
         return df, self.store.counters(DOCUMENTS_COUNTER).get("*", 0.0)
 
     def weigh(self, batch: FeatureBatch) -> FeatureBatch:
-        """``batch`` idf-weighted by the model's counts as they are now; ``batch`` itself without idf."""
-        if not self.features.idf or not len(batch.ids):
+        """``batch`` idf-weighted by the model's counts as they are now; ``batch`` itself without idf, or with a
+        domain model (which weighs words by its own idf)."""
+        if not self.features.idf or self.featurizer.domain is not None or not len(batch.ids):
             return batch
         return term_weights.weigh(batch, *self._frequencies(batch.distinct_ids()[0]))
 
     def weigh_vector(self, vector: FeatureVector) -> FeatureVector:
         """``weigh`` for one document."""
-        if not self.features.idf or not len(vector):
+        if not self.features.idf or self.featurizer.domain is not None or not len(vector):
             return vector
         return term_weights.weigh_vector(vector, *self._frequencies(vector.ids))
 
     def counting(self, batch: FeatureBatch | FeatureVector) -> list[Update]:
         """The updates that count ``batch``'s documents into the model's frequencies (none without idf)."""
-        if not self.features.idf:
+        if not self.features.idf or self.featurizer.domain is not None or not len(batch):
             return []
         if isinstance(batch, FeatureVector):
             return term_weights.frequency_updates(batch.ids, np.ones(len(batch)), 1)
@@ -267,21 +266,20 @@ class Learner(ABC):
         return Prediction(self.decide(margins), margins, self.store.version)
 
     def learn_one(self, tokens: Sequence[str] | FeatureVector, labels: Collection[str]) -> LearnOutcome:
-        """Learn one document (a vector from ``transform``, or tokens) and count it into the frequencies."""
+        """Learn one document (a vector from ``transform``, or tokens) and count it into the frequencies
+        (with idf: in the same step, so the model version moves for every document learned)."""
         vector = tokens if isinstance(tokens, FeatureVector) else self.transform(tokens)
-        outcome = self.learn_vector(vector, labels)
-        counts = self.counting(vector)
-        if counts:
-            self.store.apply(counts)
-        return outcome
+        return self.learn_vector(vector, labels, self.counting(vector))
 
-    def learn_vector(self, vector: FeatureVector, labels: Collection[str]) -> LearnOutcome:
-        """Learn one weighed document without counting it (a training pass after the first)."""
+    def learn_vector(
+        self, vector: FeatureVector, labels: Collection[str], counting: Sequence[Update] = ()
+    ) -> LearnOutcome:
+        """Learn one weighed document, applying ``counting`` with its updates (none: a training pass)."""
         self.store.ensure_categories(list(labels))
         updates, outcome = self.updates_for(vector, labels)
-        if not updates:
+        if not updates and not counting:
             return outcome
-        applied = self.store.apply(updates)
+        applied = self.store.apply([*updates, *counting]) and bool(updates)
         return LearnOutcome(outcome.promoted, outcome.demoted, applied)
 
     def label_vector(self, labels: Collection[str]) -> np.ndarray:

@@ -14,6 +14,7 @@ import numpy as np
 from stream_winnow.errors import ConfigError
 from stream_winnow.learners.base import DecisionMode
 from stream_winnow.learners.mistake_driven import MistakeDriven
+from stream_winnow.learners.term_weights import DF_TABLE, DOCUMENTS_COUNTER, idf
 from stream_winnow.stores.base import Bounds, RowUpdate, TableSpec, WeightStore
 from stream_winnow.text.features import FeatureConfig, FeatureVector
 
@@ -48,6 +49,12 @@ class Perceptron(MistakeDriven):
             store=store,
         )
 
+    @classmethod
+    def default_features(cls) -> FeatureConfig:
+        # idf-weighted sqrt strengths: R52 one-of 0.9342 -> 0.9408, ModApte 90 any-of 0.8395 -> 0.8476, and
+        # in one prequential pass over ModApte 0.7676 -> 0.8036 micro-F1 (benchmarks.learning, evaluate)
+        return FeatureConfig(idf=True)
+
     def table_specs(self) -> list[TableSpec]:
         return [TableSpec("weight", 0.0, bounds=Bounds(-1e30, 1e30), combine="add"), *self.feature_specs()]
 
@@ -60,5 +67,10 @@ class Perceptron(MistakeDriven):
         return [RowUpdate("weight", vector.ids, columns, add=self.alpha * np.outer(vector.strengths, signs))]
 
     def discardable(self, values: dict[str, np.ndarray]) -> np.ndarray:
-        # One step moves a weight by alpha * s; with strengths near 1 that is about alpha.
-        return np.all(np.abs(values["weight"]) <= self.alpha * (1 + 1e-6), axis=1)
+        # One step moves a weight by alpha * s; with strengths near 1 that is about alpha. With idf a
+        # feature's strength in a document is at most its idf (a document keeps its total, and idf >= 1).
+        step: float | np.ndarray = self.alpha
+        if self.features.idf:
+            documents = self.store.counters(DOCUMENTS_COUNTER).get("*", 0.0)
+            step = self.alpha * idf(values[DF_TABLE][:, :1], documents)
+        return np.all(np.abs(values["weight"]) <= step * (1 + 1e-6), axis=1)

@@ -95,9 +95,8 @@ def weigh_vector(vector: FeatureVector, df: np.ndarray, documents: float) -> Fea
 
 
 def frequency_updates(feature_ids: np.ndarray, counts: np.ndarray, documents: int) -> list[Update]:
-    """The updates counting ``documents`` documents whose features ``feature_ids`` (unique) each appear in ``counts`` of them."""
-    if not documents:
-        return []
+    """The updates counting ``documents`` documents whose features ``feature_ids`` (unique) each appear in
+    ``counts`` of them. They change the model, so they move its version like any update."""
     add = np.asarray(counts, dtype=np.float64)[:, None]
     return [RowUpdate(DF_TABLE, np.asarray(feature_ids, dtype=np.int64), np.zeros(1, dtype=np.int64), add=add),
             CounterUpdate(DOCUMENTS_COUNTER, {"*": float(documents)})]  # fmt: skip

@@ -75,7 +75,7 @@ class FeatureConfig:
     strength 1 (required by Positive Winnow, §4.1; optional for the others).
     ``bigrams`` adds one feature per adjacent token pair. ``idf`` weighs strengths by the
     inverse document frequencies the model counts as it learns (``learners.term_weights``;
-    mistake-driven rules on words only).
+    mistake-driven rules; with a domain model it does nothing, the domain model weighs words).
     """
 
     strength: Strength = "sqrt"

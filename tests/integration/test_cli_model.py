@@ -122,7 +122,7 @@ def test_train_writes_the_model_that_memory_training_makes(redis_url: str, train
     assert "updated_at" in metadata and "mean_active_features" in metadata
 
     options: dict[str, Any] = {
-        "learner": "balanced-winnow", "mode": "any-of", "strength": None, "normalize": None, "bigrams": False, "idf": False,
+        "learner": "balanced-winnow", "mode": "any-of", "strength": None, "normalize": None, "bigrams": False, "idf": None,
         "alpha": 1.4, "beta": None, "theta": None, "theta_minus": None, "theta_plus": None, "smoothing": None,
         "passes": int(PASSES), "average": True, "discard_below": None, "shuffle_seed": None,
     }  # fmt: skip
