@@ -96,6 +96,9 @@ def one_of_rows() -> list[Row]:
                                 (replace(PAIRS_FEATURES, idf=not idf), f"{PAIRS_FLAGS} {flip}")):  # fmt: skip
             rows.append(Row(f"{name} {flags}", partial(build_learner, name, mode="one-of", features=features,
                                                        **BEST_SETTINGS)))  # fmt: skip
+    counts = replace(BEST_FEATURES, strength="count", idf=True)  # the best here on R52
+    rows.append(Row(f"perceptron --strength count {BEST_FLAGS}", partial(build_learner, "perceptron", mode="one-of",
+                                                                        features=counts, **BEST_SETTINGS)))  # fmt: skip
     return rows
 
 
