@@ -76,7 +76,7 @@ def accuracy_rows() -> list[Row]:
     ]  # fmt: skip
 
 
-# The wide threshold on raw sqrt strengths with word pairs: one-of's best here (R8 0.9764, R52 0.9455),
+# The wide threshold on raw sqrt strengths with word pairs: Balanced Winnow's best one-of here (R8 0.9764, R52 0.9455),
 # and the learner of the domain models' learning curves (benchmarks.domain).
 PAIRS_FEATURES = FeatureConfig(strength="sqrt", normalize=False, bigrams=True)
 PAIRS_FLAGS = "--no-normalize --bigrams --theta-minus 0.2 --theta-plus 3"
