@@ -108,6 +108,7 @@ from workers.config import Topics as TopicNames
 
 if TYPE_CHECKING:
     from stream_winnow.learners.base import Learner
+    from stream_winnow.text.features import FeatureVector
 
 __all__ = ["ScaleConfig", "main", "run_scale"]
 
@@ -651,16 +652,21 @@ def in_process_run(
     figure one learner would reach with the labels the run's pods had when they decided.
     """
     model = reference_learner(learner, stream)
-    vectors = [model.transform(doc.tokens) for doc in stream.docs]
-    predicted: list[tuple[str, ...]] = [()] * len(vectors)
+    # With idf a document is weighed by the frequencies counted when it is used, so it is featurised then.
+    fixed = None if model.features.idf else [model.transform(doc.tokens) for doc in stream.docs]
+
+    def features(i: int) -> FeatureVector:
+        return fixed[i] if fixed is not None else model.transform(stream.docs[i].tokens)
+
+    predicted: list[tuple[str, ...]] = [()] * len(stream.docs)
     learned = 0
-    for i in sorted(range(len(vectors)), key=lambda i: min(i, learned_before[i])):
+    for i in sorted(range(len(stream.docs)), key=lambda i: min(i, learned_before[i])):
         while learned < min(i, learned_before[i]):
-            model.learn_one(vectors[learned], stream.docs[learned].labels)
+            model.learn_one(features(learned), stream.docs[learned].labels)
             learned += 1
-        predicted[i] = model.predict_one(vectors[i]).categories
-    for vector, doc in zip(vectors[learned:], stream.docs[learned:], strict=True):
-        model.learn_one(vector, doc.labels)
+        predicted[i] = model.predict_one(features(i)).categories
+    for i in range(learned, len(stream.docs)):
+        model.learn_one(features(i), stream.docs[i].labels)
     test = [model.predict_one(doc.tokens).categories for doc in stream.test]
     return predicted, micro_f1([doc.labels for doc in stream.test], test, stream.categories)
 
