@@ -113,7 +113,7 @@ def _margins(
     With idf, a run that learns weighs each document by the counts of the documents before it, one
     by one; one that does not weighs them all by the model's counts.
     """
-    if not compiled.supports(learner) or (learn and learner.features.idf):
+    if not compiled.supports(learner) or (learn and learner.counts_terms):
         return _margins_one_by_one(learner, docs, learn, on_progress)
     assert isinstance(learner, MistakeDriven)
     batch = learner.weigh(learner.featurizer.transform_many([d.tokens for d in docs]))

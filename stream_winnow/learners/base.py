@@ -81,7 +81,7 @@ class Learner(ABC):
     """Base of every learning rule. Hyperparameters are constructor arguments stored as given."""
 
     name: ClassVar[str]
-    #: Whether the rule's strengths may be idf-weighted (``FeatureConfig.idf``): the linear rules'.
+    #: Whether the rule's strengths may be idf-weighted (``FeatureConfig.idf``): the mistake-driven rules'.
     weighs_terms: ClassVar[bool] = False
 
     def __init__(
@@ -199,6 +199,11 @@ class Learner(ABC):
         return self.weigh_vector(self.featurizer.transform(tokens))
 
     # -- term weighting (FeatureConfig.idf; learners.term_weights) -------------------------------------
+    @property
+    def counts_terms(self) -> bool:
+        """Whether documents are idf-weighted and counted: ``idf`` on, and no domain model (which weighs words)."""
+        return self.features.idf and self.featurizer.domain is None
+
     def _frequencies(self, feature_ids: np.ndarray) -> tuple[np.ndarray, float]:
         """The stored document frequency of each of ``feature_ids``, and the documents counted."""
         df = self.store.read(feature_ids)[DF_TABLE][:, 0]
@@ -207,19 +212,19 @@ class Learner(ABC):
     def weigh(self, batch: FeatureBatch) -> FeatureBatch:
         """``batch`` idf-weighted by the model's counts as they are now; ``batch`` itself without idf, or with a
         domain model (which weighs words by its own idf)."""
-        if not self.features.idf or self.featurizer.domain is not None or not len(batch.ids):
+        if not self.counts_terms or not len(batch.ids):
             return batch
         return term_weights.weigh(batch, *self._frequencies(batch.distinct_ids()[0]))
 
     def weigh_vector(self, vector: FeatureVector) -> FeatureVector:
         """``weigh`` for one document."""
-        if not self.features.idf or self.featurizer.domain is not None or not len(vector):
+        if not self.counts_terms or not len(vector):
             return vector
         return term_weights.weigh_vector(vector, *self._frequencies(vector.ids))
 
     def counting(self, batch: FeatureBatch | FeatureVector) -> list[Update]:
         """The updates that count ``batch``'s documents into the model's frequencies (none without idf)."""
-        if not self.features.idf or self.featurizer.domain is not None or not len(batch):
+        if not self.counts_terms or not len(batch):
             return []
         if isinstance(batch, FeatureVector):
             return term_weights.frequency_updates(batch.ids, np.ones(len(batch)), 1)
