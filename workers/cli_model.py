@@ -264,7 +264,8 @@ def _domain_names(learner: Learner) -> dict[int, str]:
 def _weight_formula(learner: Learner) -> str:
     if isinstance(learner, MistakeDriven):
         rows = "(w+ - w-)" if learner.name == "balanced-winnow" else "w"
-        return f"unit * keep * {rows}, unit = theta/d"
+        idf = "; a document's strengths are idf-weighted" if learner.counts_terms else ""
+        return f"unit * keep * {rows}, unit = theta/d{idf}"
     return "change in log-odds from one occurrence"
 
 
