@@ -286,9 +286,10 @@ def redis_commands(nodes: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int
     those of the commands it calls, which are counted under their own names as well."""
     total: dict[str, tuple[int, int]] = {}
     for info in node_infos(nodes, "commandstats"):
-        for name, stats in info.items():
-            calls, usec = total.get(name.removeprefix("cmdstat_"), (0, 0))
-            total[name.removeprefix("cmdstat_")] = (calls + int(stats["calls"]), usec + int(stats["usec"]))
+        for key, stats in info.items():
+            name = key.removeprefix("cmdstat_")
+            calls, usec = total.get(name, (0, 0))
+            total[name] = (calls + int(stats["calls"]), usec + int(stats["usec"]))
     return total
 
 

@@ -767,10 +767,11 @@ class Worker:
         worker's: their deltas to the same rows both land, in either order.
         """
         store = learner.store
-        started = time.perf_counter()
-        batch = learner.weigh(self._features(items))  # by the counts before the batch: one read for all
+        batch = self._features(items)
         unique = batch.distinct_ids()[0]
+        started = time.perf_counter()
         snapshot = store.read_for_update(unique)
+        batch = learner.weigh(batch, snapshot.values)  # by the counts before the batch, from the rows just read
         version = store.version
         self.metrics.redis_seconds.observe(time.perf_counter() - started)
         names = store.categories()  # after the rows: at least as many categories as they have

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
@@ -204,30 +204,27 @@ class Learner(ABC):
         """Whether documents are idf-weighted and counted: ``idf`` on, and no domain model (which weighs words)."""
         return self.features.idf and self.featurizer.domain is None
 
-    def _frequencies(self, feature_ids: np.ndarray) -> tuple[np.ndarray, float]:
-        """The stored document frequency of each of ``feature_ids``, and the documents counted."""
-        df = self.store.read(feature_ids)[DF_TABLE][:, 0]
-        return df, self.store.counters(DOCUMENTS_COUNTER).get("*", 0.0)
-
-    def weigh(self, batch: FeatureBatch) -> FeatureBatch:
+    def weigh(self, batch: FeatureBatch, rows: Mapping[str, np.ndarray] | None = None) -> FeatureBatch:
         """``batch`` idf-weighted by the model's counts as they are now; ``batch`` itself without idf, or with a
-        domain model (which weighs words by its own idf)."""
+        domain model (which weighs words by its own idf). ``rows``: the batch's distinct features' rows, when
+        the caller has just read them (else they are read)."""
         if not self.counts_terms or not len(batch.ids):
             return batch
-        return term_weights.weigh(batch, *self._frequencies(batch.distinct_ids()[0]))
+        df = (rows if rows is not None else self.store.read(batch.distinct_ids()[0]))[DF_TABLE][:, 0]
+        return term_weights.weigh(batch, df, self.store.counters(DOCUMENTS_COUNTER).get("*", 0.0))
 
     def weigh_vector(self, vector: FeatureVector) -> FeatureVector:
         """``weigh`` for one document."""
         if not self.counts_terms or not len(vector):
             return vector
-        return term_weights.weigh_vector(vector, *self._frequencies(vector.ids))
+        return self.weigh(FeatureBatch.of_vector(vector)).vector(0)
 
     def counting(self, batch: FeatureBatch | FeatureVector) -> list[Update]:
         """The updates that count ``batch``'s documents into the model's frequencies (none without idf)."""
         if not self.counts_terms or not len(batch):
             return []
         if isinstance(batch, FeatureVector):
-            return term_weights.frequency_updates(batch.ids, np.ones(len(batch)), 1)
+            batch = FeatureBatch.of_vector(batch)
         unique, inverse = batch.distinct_ids()
         counts = np.bincount(inverse, minlength=len(unique))  # a document holds each of its ids once
         return term_weights.frequency_updates(unique, counts, len(batch))

@@ -36,9 +36,9 @@ from __future__ import annotations
 import numpy as np
 
 from stream_winnow.stores.base import Bounds, CounterUpdate, RowUpdate, TableSpec, Update
-from stream_winnow.text.features import FeatureBatch, FeatureVector
+from stream_winnow.text.features import FeatureBatch
 
-__all__ = ["DF_TABLE", "DOCUMENTS_COUNTER", "df_spec", "frequency_updates", "idf", "weigh", "weigh_vector"]
+__all__ = ["DF_TABLE", "DOCUMENTS_COUNTER", "df_spec", "frequency_updates", "idf", "weigh"]
 
 #: The table of document frequencies: per feature, how many counted documents hold it.
 DF_TABLE = "df"
@@ -84,14 +84,6 @@ def weigh(batch: FeatureBatch, df: np.ndarray, documents: float) -> FeatureBatch
     after = np.bincount(documents_of, weights=weighted, minlength=len(batch))
     scale = np.divide(before, after, out=np.ones_like(before), where=after > 0)
     return FeatureBatch(batch.indptr, batch.ids, weighted * scale[documents_of], batch.distinct)
-
-
-def weigh_vector(vector: FeatureVector, df: np.ndarray, documents: float) -> FeatureVector:
-    """One document's ``weigh``: ``df`` per id of ``vector``."""
-    if not len(vector):
-        return vector
-    weighted = vector.strengths * idf(df, documents)
-    return FeatureVector(vector.ids, weighted * (vector.strengths.sum() / weighted.sum()))
 
 
 def frequency_updates(feature_ids: np.ndarray, counts: np.ndarray, documents: int) -> list[Update]:

@@ -117,6 +117,12 @@ class FeatureBatch:
     def __len__(self) -> int:
         return int(self.indptr.shape[0] - 1)
 
+    @staticmethod
+    def of_vector(vector: FeatureVector) -> FeatureBatch:
+        """A batch of one document (its ids are unique already: they are the batch's distinct ids)."""
+        indptr = np.array([0, len(vector)], dtype=np.int64)
+        return FeatureBatch(indptr, vector.ids, vector.strengths, (vector.ids, np.arange(len(vector))))
+
     def distinct_ids(self) -> tuple[np.ndarray, np.ndarray]:
         """(distinct ids, inverse): ``distinct_ids()[0][inverse] == ids``."""
         if self.distinct is not None:
