@@ -10,7 +10,7 @@ of the same 724 bytes per row from a pipeline, with nothing read or computed.
 A learning batch's Redis CPU is about its rows written times this figure (the scale benchmark's
 per-command split shows ``evalsha`` at 85-90 % of Redis time). Measured here (median of 3): 7.2 /
 12.7 / 27.4 µs a row at k = 2 / 8 / 30, where a plain ``SET`` costs 1.7: inside the script each row
-costs two commands (``GET``, ``SET``, about 2 µs each from Lua) and the unpacking, arithmetic and
+costs two commands called from Lua (``GET``, ``SET``) and the unpacking, arithmetic and
 packing of each changed value.
 """
 
