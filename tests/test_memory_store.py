@@ -9,7 +9,7 @@ import pytest
 
 from stream_winnow.errors import ConfigError
 from stream_winnow.stores.base import Bounds, CounterUpdate, RowUpdate, StaleWatermark, TableSpec
-from stream_winnow.stores.delta import SourceRange, fold_updates
+from stream_winnow.stores.delta import RowDelta, SourceRange, fold_updates, shared
 from stream_winnow.stores.memory import MemoryStore
 
 TABLES = [
@@ -263,3 +263,23 @@ def test_large_lookups_through_the_hash_table_agree_with_the_dict() -> None:
         probe = np.concatenate([ids[: (step + 1) * 500], [0, 5, 1 << 40]]).astype(np.int64)
         get = store._row.get
         assert store.rows_of(probe).tolist() == [get(f, 0) for f in probe.tolist()]
+
+
+@pytest.mark.parametrize("combine", ["multiply", "add"])
+def test_two_peers_averaging_the_same_change_land_it_once(combine: str) -> None:
+    """Averaged at 2 peers, a change two peers both learned is written as one learner's; the keep flag
+    and counters, which count documents, stay whole."""
+    specs = [TableSpec("w", 1.0, combine=combine), TableSpec("keep", 1.0, per_category=False)]  # type: ignore[arg-type]
+    change = np.array([[1.69, 1.0], [0.49, 1.0]]) if combine == "multiply" else np.array([[0.6, 0.0], [-0.2, 0.0]])
+    delta = RowDelta(np.array([4, 9]), {"w": change, "keep": np.array([[1.0], [0.0]])}, {"updates": {"*": 1.0}}, 1)
+    once, averaged = MemoryStore(specs), MemoryStore(specs)
+    for store in (once, averaged):
+        store.ensure_categories(["a", "b"])
+    once.apply_delta(delta)
+    for _ in range(2):
+        averaged.apply_delta(shared(delta, specs, 0.5))
+    np.testing.assert_allclose(averaged.read(np.array([4, 9]))["w"], once.read(np.array([4, 9]))["w"])
+    assert averaged.read(np.array([9]))["keep"].tolist() == once.read(np.array([9]))["keep"].tolist() == [[1e-30]]
+    assert averaged.counters("updates") == {"*": 2.0}
+    with pytest.raises(ConfigError, match="share must be in"):
+        shared(delta, specs, 0.0)

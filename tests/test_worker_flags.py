@@ -89,3 +89,22 @@ def test_kafka_security_flags_reach_both_clients() -> None:
         "security.protocol": "sasl_ssl", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "sw",
         "sasl.password": "pw", "ssl.ca.location": "/etc/ca.pem"}  # fmt: skip
     assert "pw" not in repr(settings)
+
+
+def test_peer_mixing_sums_by_default_and_takes_its_staleness_from_the_mixing() -> None:
+    from stream_winnow.shared.learning_peers import STALENESS_EVENTS
+    from workers.cli_service import worker_config
+
+    summed = worker_config(_flags())
+    assert (summed.peer_mixing, summed.learn_staleness_events) == ("sum", None)
+    averaged = worker_config(_flags(peer_mixing="average", learn_staleness_events=120))
+    assert (averaged.peer_mixing, averaged.learn_staleness_events) == ("average", 120)
+    assert STALENESS_EVENTS == {"sum": 60, "average": 300}
+
+
+def test_a_bad_peer_mixing_says_what_is_allowed() -> None:
+    result = CliRunner().invoke(worker, ["--peer-mixing", "mean"], env={"STREAM_WINNOW_REDIS_URL": "redis://x"})
+    assert result.exit_code == 2
+    assert "'sum', 'average'" in result.output or "sum, average" in result.output
+    with pytest.raises(ConfigError, match="peer_mixing must be sum or average"):
+        WorkerConfig(KafkaSettings("127.0.0.1:9092"), redis_url="redis://x", peer_mixing="mean")  # type: ignore[arg-type]

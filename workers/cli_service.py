@@ -143,9 +143,13 @@ def setup_logging(fmt: str, level: str) -> None:
         help="Records per batch at most: one Redis read for scoring, one script per shard for learning.")
 @option("--batch-max-labels", type=click.IntRange(min=1), default=4000, show_default=True,
         help="Records per batch at most when a batch holds only labelled events (a backlog of them).")
-@option("--learn-staleness-events", type=click.IntRange(min=1), default=60, show_default=True,
+@option("--peer-mixing", type=click.Choice(["sum", "average"]), default="sum", show_default=True,
+        help="With other workers learning the same model, write each change whole (sum) or at 1/peers "
+             "of its strength (average: fewer, larger rounds, less CPU; decisions learn more slowly).")
+@option("--learn-staleness-events", type=click.IntRange(min=0), default=0, show_default=True,
         help="With other workers learning the same model, learn in rounds that miss at most this many "
-             "of their events (smaller: closer to one learner, more Redis work an event).")
+             "of their events (smaller: closer to one learner, more Redis work an event); 0: 60 "
+             "summed, 300 averaged.")
 @option("--batch-linger-ms", type=click.IntRange(0, MAX_BATCH_LINGER_MS), default=0, show_default=True,
         help="How long a batch may wait for more records after its first (0: what one fetch brought); "
              "below saturation, fewer larger batches cost less CPU a document and add this to latency.")
@@ -239,7 +243,8 @@ def worker_config(flags: dict[str, Any]) -> WorkerConfig:
                       flags["dead_letters_topic"]),  # fmt: skip
         batch_max_docs=flags["batch_max_docs"],
         batch_max_labels=flags["batch_max_labels"],
-        learn_staleness_events=flags["learn_staleness_events"],
+        peer_mixing=flags["peer_mixing"],
+        learn_staleness_events=flags["learn_staleness_events"] or None,
         batch_linger_ms=flags["batch_linger_ms"],
         poll_timeout_ms=flags["poll_timeout_ms"],
         max_batches_in_flight=flags["max_batches_in_flight"],

@@ -15,6 +15,7 @@ from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from stream_winnow.errors import ConfigError
+from stream_winnow.shared.learning_peers import PeerMixing
 from stream_winnow.wire.codec import CodecLimits
 from workers.transport import Client, KafkaSettings
 
@@ -82,15 +83,16 @@ class WorkerConfig:
     # at 2,000 (benchmarks.service --phases learning). Documents keep batch_max_docs: with 4,000
     # for them too the p99 at 12,000 docs/s rose from 86-87 to 111-154 ms.
     batch_max_labels: int = 4000
-    # With peers learning the same model, a worker learns a batch in rounds, reading the rows again
-    # before each, so that a round misses at most this many of the others' events (stream_winnow/
-    # shared/learning_peers.py): rounds of 60 / (peers - 1) events. Balanced Winnow on the ModApte stream
-    # (benchmarks/scale.py, 4 workers, medians of 3): whole batches of 2,000 on one read left a final
-    # micro-F1 of 0.05-0.45; with rounds the final model matches one worker's (0.80), and the bound
-    # sets how far the stream's decisions fall behind one learner lacking the same labels: past the
-    # first window 0.735 against 0.767 at 150, 0.770 against 0.775 at 60, 0.780 against 0.774 at 30,
-    # for 1,236 / 1,526 / 1,790 worker and 501 / 656 / 682 Redis CPU µs an event.
-    learn_staleness_events: int = 60
+    # How workers learning one model write their changes (stream_winnow/shared/learning_peers.py): whole
+    # (sum), or at 1/peers of their strength (average). Balanced Winnow on the ModApte stream, 2 pods
+    # (python -m benchmarks.scale): average halves Redis and worker CPU an event for the same decisions;
+    # at 4 pods its decisions fall behind (the README's scale table).
+    peer_mixing: PeerMixing = "sum"
+    # With peers, a worker learns a batch in rounds, reading the rows again before each, so that a
+    # round misses at most this many of the others' events: rounds of staleness / (peers - 1) events.
+    # None: STALENESS_EVENTS of the mixing, 60 summed, 300 averaged (summed whole batches of 500 at
+    # 4 pods left Balanced Winnow a test micro-F1 of 0.21: python -m benchmarks.peer_mixing).
+    learn_staleness_events: int | None = None
     # How long a batch may wait for more records after its first ones, up to batch_max_docs (0:
     # take what one fetch brought). Below saturation it buys CPU with latency, more latency than the
     # linger itself: at 18,700 documents/s (half this machine's maximum that day), 15 ms took the
@@ -153,7 +155,11 @@ class WorkerConfig:
     retry_max_ms: int = 10_000
 
     def __post_init__(self) -> None:
-        for name in ("batch_max_docs", "batch_max_labels", "learn_staleness_events", "poll_timeout_ms", "shards", "document_cache_ttl_s", "max_categories",
+        if self.learn_staleness_events is not None and self.learn_staleness_events <= 0:
+            raise ConfigError(f"learn_staleness_events must be positive; got {self.learn_staleness_events}")
+        if self.peer_mixing not in ("sum", "average"):
+            raise ConfigError(f"peer_mixing must be sum or average; got {self.peer_mixing!r}")
+        for name in ("batch_max_docs", "batch_max_labels", "poll_timeout_ms", "shards", "document_cache_ttl_s", "max_categories",
                      "retry_initial_ms", "weight_cache_mib"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive; got {getattr(self, name)}")

@@ -49,11 +49,11 @@ from stream_winnow.learners.base import Learner
 from stream_winnow.learners.mistake_driven import MistakeDriven
 from stream_winnow.learners.registry import describe, from_metadata, without_domain
 from stream_winnow.shared.document_cache import DocumentCache
-from stream_winnow.shared.learning_peers import LearningPeers, round_events
+from stream_winnow.shared.learning_peers import STALENESS_EVENTS, LearningPeers, round_events
 from stream_winnow.shared.outcomes import push_outcomes
 from stream_winnow.stores.base import RowUpdate, StaleWatermark, Update
 from stream_winnow.stores.cached import CachedStore
-from stream_winnow.stores.delta import RowDelta, delta_between, fold_updates, sum_counters
+from stream_winnow.stores.delta import RowDelta, delta_between, fold_updates, shared, sum_counters
 from stream_winnow.stores.memory import MemoryStore
 from stream_winnow.text.features import FeatureBatch, Featurizer, gather_rows
 from stream_winnow.wire.codec import (
@@ -717,26 +717,31 @@ class Worker:
             return
         peers = self.peers.count()
         self.metrics.learning_peers.set(peers)
-        # Naive Bayes adds counts whatever the model holds: its batches need no fresh read.
-        size = (
-            round_events(len(items), peers, self.config.learn_staleness_events)
-            if isinstance(self.learner, MistakeDriven)
-            else len(items)
-        )
+        if not isinstance(self.learner, MistakeDriven):  # Naive Bayes adds counts whatever the model holds
+            self._learn_and_write(items, None)
+            return
+        mixing = self.config.peer_mixing
+        staleness = self.config.learn_staleness_events or STALENESS_EVENTS[mixing]
+        size = round_events(len(items), peers, staleness)
+        share = 1.0 / peers if mixing == "average" else 1.0
         for start in range(0, len(items), size):
             self.metrics.learning_rounds.inc()
-            self._learn_and_write(items[start : start + size], None)
+            self._learn_and_write(items[start : start + size], None, share)
 
-    def _learn_and_write(self, items: list[tuple[_Labelled, Tokens]], parts: list[int] | None) -> None:
+    def _learn_and_write(
+        self, items: list[tuple[_Labelled, Tokens]], parts: list[int] | None, share: float = 1.0
+    ) -> None:
         """Learn ``items`` in order into one delta and write it with their partitions' watermarks.
 
         ``parts``: write only these (a partial redelivery's parts still behind); None: every part.
+        ``share``: of the learned weights' change to write (``stores.delta.shared``; 1/peers averaged).
         """
         if not items:
             return
         store = self.learner.store
         if isinstance(self.learner, MistakeDriven):
             delta, wrongs = self._learn_batched(self.learner, items)
+            delta = shared(delta, self.learner.table_specs(), share)
         else:
             delta, wrongs = self._learn_one_by_one(items)
         records = [item.record for item, _ in items]

@@ -1,13 +1,22 @@
-"""How many workers learn one model now, from a heartbeat each keeps in Redis.
+"""How many workers learn one model now, from a heartbeat each keeps in Redis, and how they share what they learn.
 
 A worker learns a batch on a local copy of its rows and writes the change as a commutative delta.
 Alone, the copy holds every earlier update and the worker learns exactly as one process would.
 With peers, each learns on a copy that lacks the others' updates still in flight; they make the
-same mistakes on similar documents and promote the same features, and the deltas add up to several
-times the update one learner would make (Balanced Winnow on Reuters-21578, 4 workers, batches of
-2,000 events from one read: ModApte micro-F1 0.05-0.45 against 0.81 for one worker). So with
-peers a worker learns in rounds, reading the rows again before each, and the events a round
-misses stay bounded: ``round_events`` says how many (``workers.config.WorkerConfig.learn_staleness_events``).
+same mistakes on similar documents and promote the same features, and summed deltas add up to
+several times the update one learner would make. Two ways bound that (``PeerMixing``):
+
+- ``"sum"`` (the default): each worker writes its whole change, and learns in rounds of
+  ``60 / (peers - 1)`` events, reading its rows again before each, so that a round misses at most
+  60 of the others' events; the rounds shrink, and the rows written an event grow, with the peers;
+- ``"average"``: each worker writes its change at ``1 / peers`` of its strength (Winnow's factors
+  to the power 1/peers, Perceptron's addends times it), as iterative parameter mixing averages the
+  peers' models, in rounds of ``300 / (peers - 1)`` events: fewer, larger rounds, so fewer rows
+  written and read an event, and a final model at least as good; but each change counts less, so
+  with more peers the stream's decisions learn more slowly.
+
+``python -m benchmarks.scale`` measures both with real workers (the README's scale table);
+``python -m benchmarks.peer_mixing`` models them in process, for any rule, on accuracy alone.
 
 Each learning worker keeps ``sw:{<model>}:learners``, a sorted set of worker ids scored by their last
 heartbeat (Unix seconds, the worker's clock): one ZADD, ZREMRANGEBYSCORE and ZCARD a batch, one
@@ -24,7 +33,7 @@ round trip. A worker that stops cleanly leaves; one that dies drops out after ``
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
@@ -33,6 +42,12 @@ from stream_winnow.errors import StoreError
 # A peer silent this long is gone: far longer than a batch (well under a second), short enough
 # that a pod scaled down stops slowing the others within half a minute.
 DEFAULT_TTL_S = 30.0
+
+
+#: How workers learning one model write their changes: whole, or at 1/peers of their strength.
+PeerMixing = Literal["sum", "average"]
+#: Per mixing, the others' events a round may miss by default (``round_events``).
+STALENESS_EVENTS: dict[PeerMixing, int] = {"sum": 60, "average": 300}
 
 
 def learners_key(model: str) -> str:

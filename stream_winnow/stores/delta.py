@@ -32,7 +32,7 @@ import numpy as np
 from stream_winnow.errors import ConfigError
 from stream_winnow.stores.base import CounterUpdate, RowUpdate, TableSpec, Update
 
-__all__ = ["RowDelta", "SourceRange", "delta_between", "fold_updates", "identity_of"]
+__all__ = ["RowDelta", "SourceRange", "delta_between", "fold_updates", "identity_of", "shared"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,32 @@ class RowDelta:
 def identity_of(spec: TableSpec) -> float:
     """The value of a delta that changes nothing: 1 for a multiplied table, 0 for an added one."""
     return 1.0 if spec.combine == "multiply" else 0.0
+
+
+def shared(delta: RowDelta, specs: Sequence[TableSpec], share: float) -> RowDelta:
+    """``delta`` with its learned weights' change taken at ``share`` (0 < share <= 1) of its strength.
+
+    Per-category tables: a factor ``f`` becomes ``f ** share``, an addend ``a`` becomes ``a * share``
+    (a promotion by 1.21 at share 1/2 writes 1.1). Global tables (a feature's keep flag, its
+    document frequency) and counters stay whole: they count documents, which no share changes.
+
+    >>> from stream_winnow.stores.base import TableSpec
+    >>> specs = [TableSpec("w", 1.0, combine="multiply"), TableSpec("df", 0.0, per_category=False, combine="add")]
+    >>> delta = RowDelta(np.array([3]), {"w": np.array([[1.21, 1.0]]), "df": np.array([[1.0]])}, {}, 1)
+    >>> half = shared(delta, specs, 0.5)
+    >>> half.values["w"].round(6).tolist(), half.values["df"].tolist()
+    ([[1.1, 1.0]], [[1.0]])
+    """
+    if not 0 < share <= 1:
+        raise ConfigError(f"a delta's share must be in (0, 1]; got {share}")
+    if share == 1:
+        return delta
+    values = dict(delta.values)
+    for spec in specs:
+        if spec.per_category and spec.name in values:
+            block = values[spec.name]
+            values[spec.name] = block**share if spec.combine == "multiply" else block * share
+    return RowDelta(delta.feature_ids, values, delta.counters, delta.changed_events)
 
 
 def sum_counters(updates: Sequence[CounterUpdate], into: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, float]]:

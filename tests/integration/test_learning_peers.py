@@ -79,3 +79,41 @@ def test_two_workers_learning_a_backlog_in_rounds_end_near_one_learner(
     served = _micro_f1(lambda d: shared.predict_one(d.tokens).categories, held_out)
     reference = _micro_f1(lambda d: alone.predict_one(d.tokens).categories, held_out)
     assert served >= reference - 0.05, (served, reference)
+
+
+@pytest.mark.parametrize(("mixing", "share"), [("average", 0.5), ("sum", 1.0)])
+def test_with_a_peer_averaging_writes_a_change_at_one_over_peers(
+    service: Service, mixing: str, share: float  # noqa: F811
+) -> None:  # fmt: skip
+    """A peer's heartbeat makes two learners; averaged, the worker's promotion of a mistaken document's
+    weights lands as the square root of the factor one learner applies; summed, whole."""
+    import numpy as np
+
+    from stream_winnow.shared.learning_peers import learners_key
+    from workers.embedded import free_port
+
+    client = connect(service.redis_url)
+    client.zadd(learners_key(service.model), {"a-peer": time.time() + 3600})  # beats for the test's length
+    port = free_port()
+    service.start_worker(STREAM_WINNOW_HTTP_PORT=str(port), STREAM_WINNOW_PEER_MIXING=mixing)
+    tokens = ["grain", "wheat", "harvest", "tonnes", "export"]
+    service.produce("labels", [(msgpack.packb({"event_id": "e1", "id": "d1", "labels": ["grain"], "tokens": tokens}), b"d1")])
+    deadline, text = time.monotonic() + 90, ""
+    while time.monotonic() < deadline:
+        status, text = http_get(port, "/metrics") if http_get(port, "/readyz")[0] == 200 else (0, "")
+        if status == 200 and metric(text, "stream_winnow_labelled_events_total") >= 1:
+            break
+        time.sleep(0.3)
+    assert metric(text, "stream_winnow_labelled_events_total") == 1, service.logs()[-3000:]
+    assert metric(text, "stream_winnow_learning_peers") == 2.0
+
+    alone = build_learner("balanced-winnow")
+    alone.learn_one(alone.transform(tokens), ["grain"])
+    served = open_learner(client, service.model)
+    ids = alone.transform(tokens).ids
+    initial = {spec.name: spec.initial for spec in alone.table_specs()}
+    for table in ("positive", "negative"):
+        factor = alone.store.read(ids)[table][:, 0] / initial[table]
+        assert not np.allclose(factor, 1.0)  # the document was a mistake: one learner moved these weights
+        written = served.store.read(ids)[table][:, 0] / initial[table]
+        np.testing.assert_allclose(written, factor**share, rtol=1e-6)
