@@ -718,6 +718,7 @@ class Worker:
         peers = self.peers.count()
         self.metrics.learning_peers.set(peers)
         if not isinstance(self.learner, MistakeDriven):  # Naive Bayes adds counts whatever the model holds
+            self.metrics.learning_rounds.inc()
             self._learn_and_write(items, None)
             return
         mixing = self.config.peer_mixing
