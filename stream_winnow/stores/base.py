@@ -113,6 +113,32 @@ class RowSnapshot:
     stored: np.ndarray | None = None  # per row, whether it was stored (False: it read as the initial values)
 
 
+@dataclass(frozen=True, slots=True)
+class ChangeLog:
+    """What a shard's change log proves: the rows each of the writes ``first..last`` changed.
+
+    ``feature_ids[i]`` was changed by write ``writes[i]``; writes outside ``first..last`` are not known
+    (``first > last``: none is).
+    """
+
+    first: int
+    last: int
+    feature_ids: np.ndarray
+    writes: np.ndarray
+
+    def unchanged(self, feature_ids: np.ndarray, since: int, until: int) -> np.ndarray:
+        """Per feature, whether no write after ``since`` up to ``until`` changed its row (False: not known).
+
+        >>> log = ChangeLog(4, 6, np.array([7, 9, 7]), np.array([4, 5, 6]))
+        >>> log.unchanged(np.array([7, 8, 9]), 4, 6).tolist(), log.unchanged(np.array([8]), 2, 6).tolist()
+        ([False, True, False], [False])
+        """
+        if since + 1 < self.first or until > self.last:
+            return np.zeros(len(feature_ids), dtype=bool)
+        window = (self.writes > since) & (self.writes <= until)
+        return ~np.isin(feature_ids, self.feature_ids[window])
+
+
 class WeightStore(ABC):
     """Where a model's tables live: in this process, or in Redis shared by workers."""
 
@@ -186,6 +212,11 @@ class WeightStore(ABC):
         Every write of a row bumps its part's counter, so a row read when its part's counter was ``c``
         is unchanged while the counter is still ``c`` (within one epoch: bulk rewrites set a new one).
         """
+        return None
+
+    def part_changes(self, behind: Mapping[int, int]) -> Mapping[int, ChangeLog] | None:
+        """Per part of ``behind`` (part -> how many of its last writes are wanted), which rows they changed;
+        None: this store cannot tell (a cache then reads every row of a part written since)."""
         return None
 
     def part_writes_later(self) -> Callable[[], tuple[int, Hashable, np.ndarray] | None]:

@@ -211,8 +211,16 @@ class CachedStore(WeightStore):
             self._start_afresh(categories)  # a new category widens every row; a new epoch rewrote rows
             self._epoch = epoch
         rows = self._rows.rows_of(unique)
-        current = writes[self.inner.part_of(unique)]
-        stale = unique[(rows == 0) | (self._row_writes[rows] != current)]
+        parts = self.inner.part_of(unique)
+        current = writes[parts]
+        recorded = self._row_writes[rows]
+        fetch = (rows == 0) | (recorded != current)
+        behind = np.flatnonzero(fetch & (rows > 0) & (recorded >= 0) & (recorded < current))
+        if len(behind):
+            unchanged = behind[self._unchanged(unique[behind], parts[behind], recorded[behind], current[behind])]
+            self._row_writes[rows[unchanged]] = current[unchanged]
+            fetch[unchanged] = False
+        stale = unique[fetch]
         if not len(stale):
             return
         if self._rows.n_features() + len(stale) > self.max_rows():
@@ -225,6 +233,27 @@ class CachedStore(WeightStore):
             stale = unique
             snapshot = self.inner.read_for_update(stale)
         self._load_counted(stale, snapshot.values, snapshot)
+
+    def _unchanged(self, feature_ids: np.ndarray, parts: np.ndarray, since: np.ndarray, until: np.ndarray) -> np.ndarray:
+        """Per cached row exact at write ``since`` of its part, whether its part's change log proves it
+        unchanged up to write ``until`` (the part's counter now): then it need not be read again.
+
+        With 4 pods learning Balanced Winnow on Reuters every round writes every shard, yet changes only
+        the rows of its own mistakes; the log tells those apart, so a pod rereads them alone.
+        """
+        wanted: dict[int, int] = {}
+        for part, first, last in zip(parts.tolist(), since.tolist(), until.tolist(), strict=True):
+            wanted[part] = max(wanted.get(part, 0), last - first)
+        logs = self.inner.part_changes(wanted)
+        out = np.zeros(len(feature_ids), dtype=bool)
+        if logs is None:
+            return out
+        for part, log in logs.items():
+            members = np.flatnonzero(parts == part)
+            for first in np.unique(since[members]).tolist():
+                at = members[since[members] == first]
+                out[at] = log.unchanged(feature_ids[at], first, int(until[at[0]]))
+        return out
 
     def _load_counted(self, feature_ids: np.ndarray, values: Mapping[str, np.ndarray], snapshot: RowSnapshot) -> None:
         """Rows into the cache with their parts' write counters as ``snapshot`` read them (and stored flags)."""

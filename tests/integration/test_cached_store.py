@@ -13,6 +13,7 @@ from stream_winnow.stores.base import RowSnapshot, RowUpdate, TableSpec
 from stream_winnow.stores.cached import CachedStore
 from stream_winnow.stores.delta import RowDelta
 from stream_winnow.stores.redis import RedisStore
+from stream_winnow.stores.redis.keys import CHANGE_LOG_WRITES
 
 pytestmark = pytest.mark.integration
 
@@ -98,7 +99,9 @@ class _CountingReads:
         store.read_for_update = counted_read_for_update  # type: ignore[method-assign]
 
 
-def test_staleness_zero_serves_unchanged_rows_from_memory_and_rereads_after_any_change(redis_url: str) -> None:
+def test_staleness_zero_serves_unchanged_rows_from_memory_and_rereads_what_another_write_changed(
+    redis_url: str,
+) -> None:
     mine, theirs = pair(redis_url)
     counted = _CountingReads(mine)
     cached = CachedStore(mine, max_staleness_ms=0)
@@ -107,7 +110,8 @@ def test_staleness_zero_serves_unchanged_rows_from_memory_and_rereads_after_any_
     assert counted.rows == len(IDS)  # the second read came from memory: the row state did not move
     promote(theirs, 1.5)  # learning elsewhere: a new version
     np.testing.assert_array_equal(cached.read(IDS)["positive"], mine.read(IDS)["positive"])
-    assert counted.rows == 3 * len(IDS)  # everything read again (and once more by the check itself)
+    # the 10 rows promoted read again (the change log names them), and all 50 by the check itself
+    assert counted.rows == 2 * len(IDS) + 10
 
 
 def test_deleting_rows_without_a_new_version_still_invalidates(redis_url: str) -> None:
@@ -195,14 +199,37 @@ def test_a_workers_own_learned_batch_keeps_its_cache_warm_and_exact(any_redis_ur
     assert counted.rows == 2 * len(IDS)
 
 
-def test_a_write_to_one_shard_rereads_only_that_shards_rows(redis_url: str) -> None:
-    mine, theirs = pair(redis_url)
+def test_another_write_rereads_only_the_row_it_changed(any_redis_url: str) -> None:
+    mine, theirs = pair(any_redis_url)
     counted = _CountingReads(mine)
     cached = CachedStore(mine, max_staleness_ms=0)
     cached.read(IDS)
     theirs.apply([RowUpdate("positive", IDS[:1], np.array([1]), np.array([2.0]))])
     got = cached.read(IDS)
+    assert counted.rows == len(IDS) + 1
+    np.testing.assert_array_equal(got["positive"], theirs.read(IDS)["positive"])
+
+
+def test_a_write_the_change_log_does_not_name_rereads_that_shards_rows(redis_url: str) -> None:
+    mine, theirs = pair(redis_url)
+    counted = _CountingReads(mine)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    cached.read(IDS)
+    _write_row_behind_the_version(theirs, int(IDS[0]), 7.0)  # bumps the counter, leaves no log entry
+    got = cached.read(IDS)
     assert counted.rows == len(IDS) + int((IDS % mine.shards == IDS[0] % mine.shards).sum())
+    np.testing.assert_array_equal(got["positive"], theirs.read(IDS)["positive"])
+
+
+def test_a_cache_further_behind_than_the_change_log_rereads_the_shards_rows(redis_url: str) -> None:
+    mine, theirs = pair(redis_url)
+    counted = _CountingReads(mine)
+    cached = CachedStore(mine, max_staleness_ms=0)
+    cached.read(IDS)
+    for _ in range(CHANGE_LOG_WRITES + 1):  # more writes to IDS[1]'s shard than its log keeps
+        theirs.apply([RowUpdate("positive", IDS[1:2], np.array([0]), np.array([1.01]))])
+    got = cached.read(IDS)
+    assert counted.rows == len(IDS) + int((IDS % mine.shards == IDS[1] % mine.shards).sum())
     np.testing.assert_array_equal(got["positive"], theirs.read(IDS)["positive"])
 
 

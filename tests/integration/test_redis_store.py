@@ -23,6 +23,7 @@ from stream_winnow.stores import Bounds, CounterUpdate, MemoryStore, RowUpdate, 
 from stream_winnow.stores.base import MODEL_PART, StaleWatermark
 from stream_winnow.stores.delta import RowDelta, SourceRange, fold_updates
 from stream_winnow.stores.redis import RedisStore
+from stream_winnow.stores.redis.keys import CHANGE_LOG_WRITES
 from workers.embedded import start_redis
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -274,10 +275,14 @@ def test_bookkeeping_memory_does_not_grow_with_the_events(make_store: StoreFacto
     for batch in range(6):
         hashes = np.arange(batch * 500, (batch + 1) * 500, dtype=np.uint64)
         store.apply_delta(_delta(store, ids, 1), [_from(store, (batch + 1) * 500, batch * 500 or -1)], {"labels:0": hashes})
-        keys = [k for k in store.model_keys() if b":f:" not in k]
+        keys = [k for k in store.model_keys() if b":f:" not in k and k not in store.keys.change_keys]
         sizes.append(sum(int(store.client.memory_usage(k) or 0) for k in keys))
     assert sizes[2] == sizes[-1]  # ring full after 1,000 events: nothing grows from then on
     assert sizes[-1] / 3_000 <= 64  # bytes of bookkeeping per applied event
+    for _ in range(CHANGE_LOG_WRITES):
+        store.apply_delta(_delta(store, ids, 1))
+    # a change log keeps its last writes' row ids, whatever the events
+    assert all(store.client.llen(key) == CHANGE_LOG_WRITES for key in store.keys.change_keys)
 
 
 def _worker(url: str, model: str, worker: int, n_updates: int) -> None:
@@ -394,7 +399,7 @@ def test_cluster_keeps_a_shard_on_one_node_and_spreads_shards(make_cluster_store
     for shard in range(store.shards):
         prefix = f"sw:{{{store.model}:{shard}}}:".encode()
         keys = [key for key in store.model_keys() if key.startswith(prefix)]
-        assert len(keys) == 10 + 2  # 10 rows, the row count, the write counter
+        assert len(keys) == 10 + 3  # 10 rows, the row count, the write counter, the change log
         assert len({client.keyslot(key) for key in keys}) == 1
         node = client.get_node_from_key(keys[0])
         assert client.get_redis_connection(node).exists(*keys) == len(keys)  # really stored there

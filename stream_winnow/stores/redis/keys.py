@@ -5,6 +5,7 @@ Keys (several models live side by side in one Redis)::
     sw:{<model>:<shard>}:f:<feature id>   a feature's row (shard = feature id % shards)
     sw:{<model>:<shard>}:n                 rows stored in the shard
     sw:{<model>:<shard>}:w                 writes to the shard's rows (a row cache's validity token)
+    sw:{<model>:<shard>}:c                 the last CHANGE_LOG_WRITES writes' feature ids (list of int64)
     sw:{<model>:<shard>}:wm                the shard's watermarks: input partition -> last offset applied
     sw:{<model>}:categories / :columns     category names in column order / name -> column
     sw:{<model>}:layout / :metadata        the tables' layout / the model's settings
@@ -26,12 +27,15 @@ from collections.abc import Sequence
 from stream_winnow.errors import ConfigError
 from stream_winnow.stores.base import MODEL_PART
 
-__all__ = ["MODEL_NAME", "ModelKeys", "feature_id_of", "hash_tag_of"]
+__all__ = ["CHANGE_LOG_WRITES", "MODEL_NAME", "ModelKeys", "feature_id_of", "hash_tag_of"]
 
 # Model names become part of keys and hash tags: no braces (hash tags), no colons (key separator), no glob chars.
 MODEL_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 # A Cluster has 16,384 hash slots: more shards than that could not each have a slot.
 MAX_SHARDS = 16384
+# Writes a shard's change log keeps: a cache that fell further behind rereads the shard's rows it needs.
+# An entry is 8 bytes a row written (a 1-pod Reuters batch writes about 1,200 rows a shard: 10 KB).
+CHANGE_LOG_WRITES = 32
 # Row keys remembered per store (about 100 bytes each): far more than a model's features, bounded anyway.
 ROW_KEY_CACHE = 2_000_000
 
@@ -57,6 +61,8 @@ class ModelKeys:
         self.count_keys = [prefix + b"n" for prefix in self.shard_prefix]
         # Per shard, a counter every row write bumps: a row cache knows its rows of the shard exact while it holds.
         self.write_keys = [prefix + b"w" for prefix in self.shard_prefix]
+        # Per shard, which rows each of its last writes changed: a cache behind by a few writes rereads only those.
+        self.change_keys = [prefix + b"c" for prefix in self.shard_prefix]
         meta = f"sw:{{{model}}}:"
         self.meta_prefix = meta
         self.categories_key = meta + "categories"

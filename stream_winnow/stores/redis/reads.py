@@ -7,19 +7,19 @@ store can tell whether categories were added meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from redis.cluster import RedisCluster
 
-from stream_winnow.stores.base import MODEL_PART
+from stream_winnow.stores.base import MODEL_PART, ChangeLog
 from stream_winnow.stores.redis.cluster import RedisClient, each_key, pipeline, route
 from stream_winnow.stores.redis.errors import store_errors
-from stream_winnow.stores.redis.keys import ModelKeys
+from stream_winnow.stores.redis.keys import CHANGE_LOG_WRITES, ModelKeys
 from stream_winnow.wire import resp
 
-__all__ = ["counters_request", "fetch_rows", "row_state", "seen_events", "text", "watermarks", "write_counters_later"]
+__all__ = ["change_logs", "counters_request", "fetch_rows", "row_state", "seen_events", "text", "watermarks", "write_counters_later"]
 
 #: (version, epoch, each shard's write counter, length of the category list), as Redis replied.
 WriteCounters = tuple[Any, Any, Sequence[Any], int]
@@ -70,6 +70,33 @@ def fetch_rows(
                 counters = {s: int(c or 0) for s, c in zip(present, rows[len(row_keys) :], strict=True)}
                 rows = rows[: len(row_keys)]
     return rows, counters, n_categories
+
+
+def change_logs(client: RedisClient, keys: ModelKeys, behind: Mapping[int, int]) -> dict[int, ChangeLog]:
+    """Per shard of ``behind`` (shard -> writes wanted), the tail of its change log: one round trip.
+
+    An entry is (int64 write counter, the int64 feature ids that write changed). Only the unbroken run
+    of writes at the log's end counts, so a write that left no entry proves nothing before it.
+    """
+    shards = list(behind)
+    commands = [[b"LRANGE", keys.change_keys[s], b"%d" % -min(behind[s], CHANGE_LOG_WRITES), b"-1"] for s in shards]
+    with store_errors("reading change logs"):
+        replies = each_key(client, commands) if shards else []
+    logs: dict[int, ChangeLog] = {}
+    for s, entries in zip(shards, replies, strict=True):
+        entries = entries or []
+        counters = [int.from_bytes(entry[:8], "little", signed=True) for entry in entries]
+        start = len(counters) - 1
+        while start > 0 and counters[start - 1] == counters[start] - 1:
+            start -= 1
+        run = entries[max(start, 0) :]
+        if not run:
+            logs[s] = ChangeLog(1, 0, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+            continue
+        ids = [np.frombuffer(entry, dtype="<i8", offset=8) for entry in run]
+        writes = np.repeat(np.array(counters[start:], dtype=np.int64), [len(part) for part in ids])
+        logs[s] = ChangeLog(counters[start], counters[-1], np.concatenate(ids).astype(np.int64), writes)
+    return logs
 
 
 def counters_request(keys: ModelKeys) -> list[list[bytes]]:

@@ -17,7 +17,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from stream_winnow.errors import ConfigError
-from stream_winnow.stores.base import SEEN_WINDOW, RowSnapshot, RowUpdate, TableSpec, Update, WeightStore
+from stream_winnow.stores.base import SEEN_WINDOW, ChangeLog, RowSnapshot, RowUpdate, TableSpec, Update, WeightStore
 from stream_winnow.stores.delta import RowDelta, SourceRange, fold_updates
 from stream_winnow.stores.redis import reads, scripts, writes
 from stream_winnow.stores.redis.cluster import RedisClient, pipeline, scan
@@ -235,6 +235,10 @@ class RedisStore(WeightStore):
         Like ``row_state`` it tells whether categories were added (then they are read too).
         """
         return self.part_writes_later()()
+
+    def part_changes(self, behind: Mapping[int, int]) -> dict[int, ChangeLog]:
+        """The tails of the shards' change logs (``reads.change_logs``), one round trip."""
+        return reads.change_logs(self.client, self.keys, behind)
 
     def part_writes_later(self) -> Callable[[], tuple[int, bytes | None, np.ndarray]]:
         """``part_writes`` with its request sent now and its reply read by the function returned.

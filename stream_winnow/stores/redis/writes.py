@@ -22,7 +22,7 @@ from stream_winnow.stores.delta import RowDelta, SourceRange, identity_of
 from stream_winnow.stores.redis import scripts
 from stream_winnow.stores.redis.cluster import RedisClient
 from stream_winnow.stores.redis.errors import store_errors
-from stream_winnow.stores.redis.keys import ModelKeys
+from stream_winnow.stores.redis.keys import CHANGE_LOG_WRITES, ModelKeys
 from stream_winnow.stores.redis.reads import text
 from stream_winnow.stores.redis.rows import RowLayout
 from stream_winnow.stores.redis.scripts import StoreScripts
@@ -107,20 +107,26 @@ def delta_calls(keys: ModelKeys, layout: RowLayout, delta: RowDelta, sources: Se
     ids = delta.feature_ids
     shard_of = ids % keys.shards
     touched = np.flatnonzero(ends - starts)
-    by_shard: dict[int, tuple[list[bytes], list[bytes]]] = {s: ([], []) for s in range(keys.shards)}
+    by_shard: dict[int, tuple[list[bytes], list[bytes], list[int]]] = {s: ([], [], []) for s in range(keys.shards)}
     id_list, shard_list, start_list, end_list = ids.tolist(), shard_of.tolist(), starts.tolist(), ends.tolist()
     for i in touched.tolist():
-        row_keys, changes = by_shard[shard_list[i]]
+        row_keys, changes, changed_ids = by_shard[shard_list[i]]
         row_keys.append(keys.row_key(shard_list[i], id_list[i]))
         changes.append(packed[start_list[i] : end_list[i]])
+        changed_ids.append(id_list[i])
     pattern = [g, t, layout.combine, layout.lows, layout.highs, layout.inits]
     template = layout.initial_row(n_categories).astype("<f4").tobytes()
     return {
         s: (
-            [keys.count_keys[s], keys.write_keys[s], keys.watermark_key(s), *row_keys],
-            [msgpack.packb([*pattern, [[m.source, m.expected[s], m.last] for m in sources]]), template, *changes],
+            [keys.count_keys[s], keys.write_keys[s], keys.watermark_key(s), keys.change_keys[s], *row_keys],
+            [
+                msgpack.packb([*pattern, [[m.source, m.expected[s], m.last] for m in sources], CHANGE_LOG_WRITES]),
+                template,
+                np.array(changed_ids, dtype="<i8").tobytes(),
+                *changes,
+            ],
         )
-        for s, (row_keys, changes) in by_shard.items()
+        for s, (row_keys, changes, changed_ids) in by_shard.items()
     }
 
 
@@ -153,10 +159,18 @@ def delete_rows(client: RedisClient, store_scripts: StoreScripts, keys: ModelKey
     """
     shards = (feature_ids % keys.shards).tolist()
     row_keys = keys.row_keys(feature_ids.tolist(), shards)
-    groups: dict[int, list[bytes]] = {}
-    for s, key in zip(shards, row_keys, strict=True):
-        groups.setdefault(s, []).append(key)
-    calls: list[Call] = [([keys.count_keys[s], keys.write_keys[s], *members], []) for s, members in groups.items()]
+    groups: dict[int, tuple[list[bytes], list[int]]] = {}
+    for s, key, fid in zip(shards, row_keys, feature_ids.tolist(), strict=True):
+        members, ids = groups.setdefault(s, ([], []))
+        members.append(key)
+        ids.append(fid)
+    calls: list[Call] = [
+        (
+            [keys.count_keys[s], keys.write_keys[s], keys.change_keys[s], *members],
+            [CHANGE_LOG_WRITES, np.array(ids, dtype="<i8").tobytes()],
+        )
+        for s, (members, ids) in groups.items()
+    ]
     return int(sum(scripts.run(client, store_scripts.delete, calls)))
 
 
