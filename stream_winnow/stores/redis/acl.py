@@ -33,7 +33,7 @@ __all__ = ["CLUSTER_COMMANDS", "WORKER_COMMANDS", "worker_acl_rules"]
 # with these alone; the integration test checks that ACL LOG refused none of it.
 WORKER_COMMANDS: tuple[str, ...] = (
     "ping", "info", "select",
-    "get", "set", "setrange", "mget", "incr", "incrby", "exists", "scan",
+    "get", "set", "setrange", "mget", "mset", "incr", "incrby", "exists", "scan",
     "hget", "hset", "hmget", "hgetall", "hincrbyfloat",
     "lpush", "rpush", "ltrim", "lrange", "llen",
     "zadd", "zrem", "zcard", "zremrangebyscore",
