@@ -210,24 +210,24 @@ def test_another_write_rereads_only_the_row_it_changed(any_redis_url: str) -> No
     np.testing.assert_array_equal(got["positive"], theirs.read(IDS)["positive"])
 
 
-def test_a_write_the_change_log_does_not_name_rereads_that_shards_rows(redis_url: str) -> None:
+def _write_without_a_log_entry(store: RedisStore) -> None:
+    _write_row_behind_the_version(store, int(IDS[1]), 7.0)  # bumps the counter, leaves no log entry
+
+
+def _write_more_than_the_log_keeps(store: RedisStore) -> None:
+    for _ in range(CHANGE_LOG_WRITES + 1):
+        store.apply([RowUpdate("positive", IDS[1:2], np.array([0]), np.array([1.01]))])
+
+
+@pytest.mark.parametrize("write", [_write_without_a_log_entry, _write_more_than_the_log_keeps])
+def test_writes_the_change_log_cannot_name_reread_that_shards_rows(
+    redis_url: str, write: Callable[[RedisStore], None]
+) -> None:
     mine, theirs = pair(redis_url)
     counted = _CountingReads(mine)
     cached = CachedStore(mine, max_staleness_ms=0)
     cached.read(IDS)
-    _write_row_behind_the_version(theirs, int(IDS[0]), 7.0)  # bumps the counter, leaves no log entry
-    got = cached.read(IDS)
-    assert counted.rows == len(IDS) + int((IDS % mine.shards == IDS[0] % mine.shards).sum())
-    np.testing.assert_array_equal(got["positive"], theirs.read(IDS)["positive"])
-
-
-def test_a_cache_further_behind_than_the_change_log_rereads_the_shards_rows(redis_url: str) -> None:
-    mine, theirs = pair(redis_url)
-    counted = _CountingReads(mine)
-    cached = CachedStore(mine, max_staleness_ms=0)
-    cached.read(IDS)
-    for _ in range(CHANGE_LOG_WRITES + 1):  # more writes to IDS[1]'s shard than its log keeps
-        theirs.apply([RowUpdate("positive", IDS[1:2], np.array([0]), np.array([1.01]))])
+    write(theirs)
     got = cached.read(IDS)
     assert counted.rows == len(IDS) + int((IDS % mine.shards == IDS[1] % mine.shards).sum())
     np.testing.assert_array_equal(got["positive"], theirs.read(IDS)["positive"])

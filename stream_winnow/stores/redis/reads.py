@@ -21,6 +21,9 @@ from stream_winnow.wire import resp
 
 __all__ = ["change_logs", "counters_request", "fetch_rows", "row_state", "seen_events", "text", "watermarks", "write_counters_later"]
 
+#: Change-log entries read beyond the writes a cache is behind by.
+CHANGE_LOG_SLACK = 4
+
 #: (version, epoch, each shard's write counter, length of the category list), as Redis replied.
 WriteCounters = tuple[Any, Any, Sequence[Any], int]
 
@@ -79,7 +82,9 @@ def change_logs(client: RedisClient, keys: ModelKeys, behind: Mapping[int, int])
     of writes at the log's end counts, so a write that left no entry proves nothing before it.
     """
     shards = list(behind)
-    commands = [[b"LRANGE", keys.change_keys[s], b"%d" % -min(behind[s], CHANGE_LOG_WRITES), b"-1"] for s in shards]
+    # A few writes more than wanted: others may have written since the caller read the counters.
+    wanted = {s: min(behind[s] + CHANGE_LOG_SLACK, CHANGE_LOG_WRITES) for s in shards}
+    commands = [[b"LRANGE", keys.change_keys[s], b"%d" % -wanted[s], b"-1"] for s in shards]
     with store_errors("reading change logs"):
         replies = each_key(client, commands) if shards else []
     logs: dict[int, ChangeLog] = {}

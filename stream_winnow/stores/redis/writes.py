@@ -107,13 +107,13 @@ def delta_calls(keys: ModelKeys, layout: RowLayout, delta: RowDelta, sources: Se
     ids = delta.feature_ids
     shard_of = ids % keys.shards
     touched = np.flatnonzero(ends - starts)
-    by_shard: dict[int, tuple[list[bytes], list[bytes], list[int]]] = {s: ([], [], []) for s in range(keys.shards)}
+    by_shard: dict[int, tuple[list[bytes], list[bytes]]] = {s: ([], []) for s in range(keys.shards)}
     id_list, shard_list, start_list, end_list = ids.tolist(), shard_of.tolist(), starts.tolist(), ends.tolist()
     for i in touched.tolist():
-        row_keys, changes, changed_ids = by_shard[shard_list[i]]
+        row_keys, changes = by_shard[shard_list[i]]
         row_keys.append(keys.row_key(shard_list[i], id_list[i]))
         changes.append(packed[start_list[i] : end_list[i]])
-        changed_ids.append(id_list[i])
+    touched_ids, touched_shards = ids[touched].astype("<i8"), shard_of[touched]
     pattern = [g, t, layout.combine, layout.lows, layout.highs, layout.inits]
     template = layout.initial_row(n_categories).astype("<f4").tobytes()
     return {
@@ -122,11 +122,11 @@ def delta_calls(keys: ModelKeys, layout: RowLayout, delta: RowDelta, sources: Se
             [
                 msgpack.packb([*pattern, [[m.source, m.expected[s], m.last] for m in sources], CHANGE_LOG_WRITES]),
                 template,
-                np.array(changed_ids, dtype="<i8").tobytes(),
+                touched_ids[touched_shards == s].tobytes(),  # the change log's entry: in row_keys' order
                 *changes,
             ],
         )
-        for s, (row_keys, changes, changed_ids) in by_shard.items()
+        for s, (row_keys, changes) in by_shard.items()
     }
 
 
